@@ -1,0 +1,164 @@
+# Two commands:  make book  |  make test      (see README.md)
+#
+# Both bootstrap .venv from requirements.txt (exact pins) when it is missing or older
+# than that file, register the venv's python as the Jupyter kernel "python3" and put the
+# repository root on the venv's sys.path (so `import idlib` works in every kernel, whatever
+# its working directory).
+
+SHELL       := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+.DELETE_ON_ERROR:
+
+VENV     := .venv
+PY       := $(CURDIR)/$(VENV)/bin/python
+BIN      := $(CURDIR)/$(VENV)/bin
+STAMP    := $(VENV)/.stamp
+SETUP    := $(VENV)/.setup
+PTH_NAME := idlib_repo.pth
+
+CHAPTERS := $(sort $(wildcard chapters/*.ipynb))
+BUILD    := _build
+PM_OUT   := $(BUILD)/papermill
+# profile passed to every chapter by `make papermill` (the notebooks default to "default")
+PROFILE  ?= default
+
+# Deterministic, self-contained environment for everything below.
+# Thread count (OMP_NUM_THREADS) is deliberately left alone: printed results must not
+# depend on it (chapters print rounded values, not the last bits of a float sum).
+export PATH                   := $(BIN):$(PATH)
+export PYTHONHASHSEED         := 0
+export PYTHONDONTWRITEBYTECODE := 1
+# Prefer the venv's kernelspec over any user-level one (~/.local/share/jupyter).
+export JUPYTER_PREFER_ENV_PATH := 1
+export PYDEVD_DISABLE_FILE_VALIDATION := 1
+# Non-interactive backend for scripts and unit tests ...
+MPL_SCRIPTS := MPLBACKEND=Agg
+# ... but notebook kernels must keep the inline backend (ipykernel only installs it when
+# MPLBACKEND is unset; with Agg the book would have no figures).
+MPL_KERNEL  := MPLBACKEND=module://matplotlib_inline.backend_inline
+
+JB_FLAGS := -W -n --keep-going --all
+
+.PHONY: help venv book test unit nbval papermill outputs clean distclean
+
+help:
+	@echo "make book      execute every chapter and build _build/html/index.html (warnings = errors)"
+	@echo "make test      unit tests, nbval (strict) and papermill on every chapter, then the book"
+	@echo "make outputs   re-execute every chapter in place (store outputs that nbval checks)"
+	@echo "make clean     remove _build and caches (keeps .venv);  make distclean also removes .venv"
+
+# --- bootstrap ---------------------------------------------------------------------------
+
+$(STAMP): requirements.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
+	touch $@
+
+# Cheap, idempotent steps that follow each (re)install.
+$(SETUP): $(STAMP)
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (idlib .venv)" >/dev/null
+	echo "$(CURDIR)" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/$(PTH_NAME)"
+	@# build matplotlib's font cache now, so its one-off stderr notice never lands in a notebook
+	$(MPL_SCRIPTS) $(PY) -c 'import matplotlib.pyplot'
+	touch $@
+
+venv: $(SETUP)
+
+# --- the book ----------------------------------------------------------------------------
+
+# --all (fresh Sphinx environment) plus removing the old output: every notebook is
+# re-read and re-executed on every build (execute_notebooks: force), so an edit to idlib/
+# can never be hidden by a stale page.
+book: $(SETUP)
+	rm -rf $(BUILD)/html $(BUILD)/.doctrees $(BUILD)/jupyter_execute
+	@status=0; $(MPL_KERNEL) $(BIN)/jupyter-book build . $(JB_FLAGS) || status=$$?; \
+	reports=$$(find $(BUILD)/html/reports -name '*.err.log' 2>/dev/null | sort || true); \
+	for r in $$reports; do \
+	  echo; echo "================ notebook execution failed: $$r ================"; \
+	  cat "$$r"; if [ "$$status" = 0 ]; then status=1; fi; \
+	done; \
+	if [ "$$status" != 0 ]; then echo; echo "make book: FAILED (see the warnings/reports above)"; exit 1; fi; \
+	test -f $(BUILD)/html/index.html; echo "make book: OK -> $(BUILD)/html/index.html"
+
+# --- tests -------------------------------------------------------------------------------
+
+# In this order, even under make -j.
+test: $(SETUP)
+	$(MAKE) --no-print-directory unit
+	$(MAKE) --no-print-directory nbval
+	$(MAKE) --no-print-directory papermill
+	$(MAKE) --no-print-directory book
+	@echo "make test: OK"
+
+unit: $(SETUP)
+	@if [ -n "$$(find tests -name 'test_*.py' 2>/dev/null || true)" ]; then \
+	  $(MPL_SCRIPTS) $(BIN)/pytest -q -p no:cacheprovider tests/; \
+	else \
+	  echo "make unit: no tests/test_*.py yet, skipping"; \
+	fi
+
+# Strict nbval: every stored output must equal the re-executed one (modulo the
+# commented rules in nbval_sanitize.cfg). Kernel = the venv's python.
+nbval: $(SETUP)
+	@if [ -z "$(CHAPTERS)" ]; then echo "make nbval: no chapters/*.ipynb"; exit 0; fi
+	@# kernelspec, parameters cell, and stored outputs (nbval silently skips unrun cells)
+	@$(PY) -c "$$CHECK_CHAPTERS" $(CHAPTERS)
+	$(MPL_KERNEL) $(BIN)/pytest -q -p no:cacheprovider --nbval --nbval-current-env \
+	  --nbval-sanitize-with nbval_sanitize.cfg $(CHAPTERS)
+
+# Every chapter through papermill with its `parameters` cell (profile=$(PROFILE)),
+# kernel working directory = chapters/ (as in the book build and nbval).
+papermill: $(SETUP)
+	@mkdir -p $(PM_OUT)
+	@for nb in $(CHAPTERS); do \
+	  echo "papermill $$nb -> $(PM_OUT)/$$(basename $$nb) (profile=$(PROFILE))"; \
+	  $(MPL_KERNEL) $(BIN)/papermill "$$nb" "$(PM_OUT)/$$(basename $$nb)" \
+	    -p profile "$(PROFILE)" --cwd "$$(dirname $$nb)" -k python3 --no-progress-bar --log-level WARNING; \
+	done
+
+# Re-execute every chapter in place (outputs stored in the .ipynb, what nbval compares),
+# in the same environment as the checks above. Run after editing a chapter or idlib/.
+outputs: $(SETUP)
+	$(MPL_KERNEL) $(PY) -c "$$STORE_OUTPUTS" $(CHAPTERS)
+
+define CHECK_CHAPTERS
+import sys, nbformat
+bad = []
+for p in sys.argv[1:]:
+    nb = nbformat.read(p, as_version=4)
+    ks = nb.metadata.get("kernelspec", {}).get("name")
+    if ks != "python3":
+        bad.append(f"{p}: metadata.kernelspec.name is {ks!r}, must be 'python3' (the .venv kernel)")
+    if not any(c.cell_type == "code" and "parameters" in c.metadata.get("tags", []) for c in nb.cells):
+        bad.append(f"{p}: no code cell tagged 'parameters' (papermill)")
+    for i, c in enumerate(nb.cells):
+        skip = "nbval-skip" in c.metadata.get("tags", []) or "NBVAL_SKIP" in c.source
+        if c.cell_type == "code" and c.source.strip() and c.execution_count is None and not skip:
+            bad.append(f"{p}: code cell {i} has no stored execution (nbval would not check it)"
+                       " -> run `make outputs`")
+if bad:
+    print("\n".join(bad), file=sys.stderr)
+    sys.exit(1)
+endef
+export CHECK_CHAPTERS
+
+define STORE_OUTPUTS
+import sys, pathlib, nbformat, nbclient
+for p in sys.argv[1:]:
+    nb = nbformat.read(p, as_version=4)
+    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=False,
+        resources={"metadata": {"path": str(pathlib.Path(p).parent)}}).execute()
+    nbformat.write(nb, p)
+    print("stored outputs:", p)
+endef
+export STORE_OUTPUTS
+
+# --- cleaning ----------------------------------------------------------------------------
+
+clean:
+	rm -rf $(BUILD) .pytest_cache
+	find . -path ./$(VENV) -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -print0 | xargs -0 rm -rf
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,86 @@
+"""Translate a Hugging Face style ``config.json`` into AttentionConfig fields.
+
+Only what the attention layer's identification depends on is read; anything the layer model
+cannot represent (ALiBi, latent K/V, unknown position schemes) is refused, never guessed.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .config import ConfigError
+
+# model families whose attention uses learned (or sinusoidal) absolute positions, no RoPE
+LEARNED_POSITIONS = {"gpt2", "bert", "roberta", "distilbert", "opt", "gpt_neo", "xlm-roberta",
+                     "electra", "bart", "t5", "gpt_bigcode", "biogpt"}
+# model families that rotate queries and keys (RoPE), in full unless a partial factor is set
+ROTARY = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
+          "gemma2", "gemma3", "gemma3_text", "olmo", "olmo2", "phi3", "phi", "falcon",
+          "gpt_neox", "gptj", "stablelm", "starcoder2", "cohere", "internlm2", "smollm3",
+          "granite", "deepseek_v2", "deepseek_v3", "exaone", "mpt_rope"}
+ENCODERS = {"bert", "roberta", "distilbert", "xlm-roberta", "electra"}
+# families whose q/k/v/o projections carry biases by default (when the config has no flag)
+DEFAULT_BIAS = {"gpt2": "qkvo", "bert": "qkvo", "roberta": "qkvo", "distilbert": "qkvo",
+                "xlm-roberta": "qkvo", "electra": "qkvo", "opt": "qkvo", "gpt_neo": "qkvo",
+                "gpt_neox": "qkvo", "phi": "qkvo", "gpt_bigcode": "qkvo", "starcoder2": "qkvo",
+                "qwen2": "qkv", "qwen2_moe": "qkv", "gptj": "", "falcon": ""}
+
+
+def _get(data: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    for k in keys:
+        if k in data and data[k] is not None:
+            return data[k]
+    return default
+
+
+def attention_fields_from_hf(data: Any, name: str = "config") -> dict[str, Any]:
+    """AttentionConfig keyword arguments for one attention layer described by ``data``."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{name}: a Hugging Face config must be a JSON object")
+    if "text_config" in data and "hidden_size" not in data:
+        data = data["text_config"]
+    model_type = str(data.get("model_type", "")).lower()
+    d_model = _get(data, "hidden_size", "n_embd", "d_model")
+    if d_model is None:
+        raise ConfigError(f"{name}: field 'hidden_size' is required")
+    n_heads = _get(data, "num_attention_heads", "n_head", "num_heads")
+    if n_heads is None:
+        raise ConfigError(f"{name}: field 'num_attention_heads' is required")
+    if data.get("alibi") or str(data.get("position_embedding_type", "")).lower() == "alibi":
+        raise ConfigError(f"{name}: ALiBi position biases are not represented by AttentionConfig")
+    if _get(data, "kv_lora_rank", "q_lora_rank") is not None:
+        raise ConfigError(f"{name}: latent K/V attention (kv_lora_rank) is not represented "
+                          "by AttentionConfig")
+
+    n_kv = _get(data, "num_key_value_heads", "num_kv_heads", "n_head_kv")
+    if n_kv is None and data.get("multi_query"):
+        n_kv = 1
+    head_dim = _get(data, "head_dim")
+
+    pos_type = str(data.get("position_embedding_type", "")).lower()
+    rope_keys = ("rope_theta", "rotary_emb_base", "rotary_pct", "partial_rotary_factor", "rope_scaling")
+    if pos_type in ("absolute", "learned", "sinusoidal") or model_type in LEARNED_POSITIONS:
+        rotary = False
+    elif pos_type in ("rotary", "rope") or model_type in ROTARY or any(k in data for k in rope_keys):
+        rotary = True
+    else:
+        raise ConfigError(f"{name}: cannot tell whether the model uses rotary or learned positions "
+                          "(set 'model_type', 'rope_theta' or 'position_embedding_type')")
+    rope_fraction = float(_get(data, "partial_rotary_factor", "rotary_pct", default=1.0)) if rotary else 0.0
+    rope_base = float(_get(data, "rope_theta", "rotary_emb_base", default=10000.0))
+
+    if "attention_bias" in data:
+        bias = "qkvo" if data["attention_bias"] else ""
+        if data.get("qkv_bias"):
+            bias = "qkv" + ("o" if data["attention_bias"] else "")
+    elif "qkv_bias" in data:
+        bias = "qkv" if data["qkv_bias"] else ""
+    elif "bias" in data and isinstance(data["bias"], bool):
+        bias = "qkvo" if data["bias"] else ""
+    elif "use_bias" in data:
+        bias = "qkvo" if data["use_bias"] else ""
+    else:
+        bias = DEFAULT_BIAS.get(model_type, "")
+    causal = model_type not in ENCODERS
+    fields_ = dict(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim,
+                   rope_fraction=rope_fraction, rope_base=rope_base, bias=bias, causal=causal)
+    return fields_
