@@ -4,6 +4,19 @@ A layer has ``n_heads`` query heads and ``n_kv_heads`` key/value heads (``n_kv_h
 ``n_heads``; head ``h`` reads key/value group ``h // (n_heads // n_kv_heads)``), query/key
 width ``head_dim``, value width ``value_dim``, a rotary share ``rope_fraction`` of each
 query/key head, and biases on any subset of the projections ``q``, ``k``, ``v``, ``o``.
+
+Variants (chapter 7; every one defaults to the plain layer above):
+
+* ``qk_norm`` "none" | "plain" | "gain": RMS-normalise each head's query and key after the
+  projection (and bias), before RoPE; "gain" then multiplies them by learned gains g_Q, g_K of
+  size head_dim shared by all heads (Qwen3, Gemma 3).
+* ``kv_latent`` C: keys and values from a shared C-dim latent X W_DKV through per-group up
+  projections W_UK, W_UV (multi-head latent attention); ``latent_norm`` RMS-normalises it.
+* ``input_centered``: the layer sees x - mean(x) (a LayerNorm without affine in front).
+* ``n_layers`` L, ``kv_share`` S: a stack of L residual layers x + attn(x); each run of S
+  consecutive layers shares one set of key/value projections (cross-layer attention).
+
+Combinations whose count is not derived are refused with a ConfigError naming the rule.
 """
 from __future__ import annotations
 
@@ -31,6 +44,7 @@ def _positive_int(name: str, value: Any) -> int:
 
 
 BIAS_LETTERS = "qkvo"
+QK_NORMS = ("none", "plain", "gain")
 
 
 @dataclass(frozen=True)
@@ -46,6 +60,12 @@ class AttentionConfig:
     rope_base: float = 10000.0
     bias: str = ""
     causal: bool = False
+    qk_norm: str = "none"
+    kv_latent: int | None = None
+    latent_norm: bool = False
+    input_centered: bool = False
+    n_layers: int = 1
+    kv_share: int = 1
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
@@ -98,6 +118,63 @@ class AttentionConfig:
         set_("bias", "".join(c for c in BIAS_LETTERS if c in self.bias))
         if not isinstance(self.causal, bool):
             raise ConfigError(f"causal={self.causal!r} must be true or false")
+        self._validate_variants()
+
+    def _validate_variants(self) -> None:
+        for name in ("latent_norm", "input_centered"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be true or false")
+        if self.qk_norm not in QK_NORMS:
+            raise ConfigError(f"qk_norm={self.qk_norm!r} must be one of {', '.join(QK_NORMS)}")
+        if self.input_centered and self.d_model < 2:
+            raise ConfigError(f"input_centered=True needs d_model >= 2 (got {self.d_model}: "
+                              "a centred 1-dim input is always zero)")
+        d_in = self.input_dim
+        if self.rotary_dim and self.input_centered and self.head_dim > d_in:
+            raise ConfigError(
+                f"head_dim={self.head_dim} must be at most d_model - 1 = {d_in} when "
+                "rope_fraction > 0 and input_centered=True (the count is not derived)")
+        if self.qk_norm != "none":
+            if self.head_dim < 2:
+                raise ConfigError(f"qk_norm={self.qk_norm!r} needs head_dim >= 2 (a normalised "
+                                  "1-dim head is a sign; its count is not derived)")
+            if self.head_dim > d_in:
+                raise ConfigError(
+                    f"qk_norm={self.qk_norm!r} needs head_dim={self.head_dim} at most the input "
+                    f"dimension {d_in} (d_model{' - 1, input_centered' if self.input_centered else ''}"
+                    "); the count for a wider normalised head is not derived")
+        C = self.kv_latent
+        if C is not None:
+            _positive_int("kv_latent", C)
+            if self.rotary_dim and self.head_dim > C:
+                raise ConfigError(
+                    f"head_dim={self.head_dim} must be at most kv_latent={C} when rope_fraction > 0 "
+                    "(the count for a rotary head wider than the latent is not derived)")
+            if self.qk_norm != "none" and self.head_dim > C:
+                raise ConfigError(
+                    f"qk_norm={self.qk_norm!r} needs head_dim={self.head_dim} at most kv_latent={C} "
+                    "(the count for a normalised head wider than the latent is not derived)")
+            if self.latent_norm and not (2 <= C <= d_in):
+                raise ConfigError(
+                    f"latent_norm=True needs 2 <= kv_latent <= {d_in} (the input dimension; got "
+                    f"kv_latent={C}): the count for other latent widths is not derived")
+        elif self.latent_norm:
+            raise ConfigError("latent_norm=True needs kv_latent (there is no latent to normalise)")
+        _positive_int("n_layers", self.n_layers)
+        _positive_int("kv_share", self.kv_share)
+        if self.n_layers % self.kv_share:
+            raise ConfigError(
+                f"kv_share={self.kv_share} must divide n_layers={self.n_layers}")
+        if self.n_layers > 1:
+            if C is not None:
+                raise ConfigError("kv_latent with n_layers > 1 is not derived (use one layer)")
+            if self.input_centered:
+                raise ConfigError("input_centered=True with n_layers > 1 is not derived (only the "
+                                  "first layer of a residual stack sees centred inputs)")
+            if self.has_bias("v") or self.has_bias("o"):
+                raise ConfigError(
+                    f"bias={self.bias!r} with n_layers > 1: value and output biases (letters v, o) "
+                    "shift the residual stream between layers; that count is not derived")
 
     # -- derived sizes -------------------------------------------------------------------
     @property
@@ -109,6 +186,16 @@ class AttentionConfig:
     def rotary_dim(self) -> int:
         """Rotated dimensions per query/key head, r = rope_fraction * head_dim (even)."""
         return int(round(self.rope_fraction * self.head_dim))
+
+    @property
+    def input_dim(self) -> int:
+        """Dimension of the inputs the projections see: d_model, or d_model - 1 when centred."""
+        return self.d_model - 1 if self.input_centered else self.d_model
+
+    @property
+    def n_kv_sets(self) -> int:
+        """Distinct key/value projection sets in the stack, n_layers / kv_share."""
+        return self.n_layers // self.kv_share
 
     def has_bias(self, letter: str) -> bool:
         return letter in self.bias
@@ -138,10 +225,14 @@ class AttentionConfig:
         return cls(**data)
 
     @classmethod
-    def from_hf(cls, source: str | Path | dict[str, Any]) -> "AttentionConfig":
-        """Read a Hugging Face style config.json (a path or an already-parsed dict)."""
+    def from_hf(cls, source: str | Path | dict[str, Any], approximate: bool = False) -> "AttentionConfig":
+        """Read a Hugging Face style config.json (a path or an already-parsed dict).
+
+        Architectures the layer model cannot represent are refused, unless ``approximate``
+        (then ``idlib.hf.approximation_note`` says what the approximation leaves out).
+        """
         data, name = _load_json(source)
-        return cls(**_hf_fields(data, name))
+        return cls(**_hf_fields(data, name, approximate))
 
     @classmethod
     def from_file(cls, path: str | Path) -> "AttentionConfig":
@@ -152,9 +243,9 @@ class AttentionConfig:
         return cls.from_dict(data, name)
 
 
-def _hf_fields(data: Any, name: str) -> dict[str, Any]:
+def _hf_fields(data: Any, name: str, approximate: bool = False) -> dict[str, Any]:
     from .hf import attention_fields_from_hf
-    return attention_fields_from_hf(data, name)
+    return attention_fields_from_hf(data, name, approximate)
 
 
 def _load_json(source: str | Path | dict[str, Any]) -> tuple[Any, str]:

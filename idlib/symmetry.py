@@ -11,6 +11,13 @@ Coordinates of the group at a parameter point (``chart``), for each key/value gr
 * Bias moves: b_K^g += the part fixed by every rotation; b_V^g += e_g with the constant
   c = sum_h b_V^g W_O^h kept (by b_O when there is an output bias, else by e_g's constraint).
 
+Variants (chapter 7): with qk_norm the QK block is the orthogonal part of the commutant
+(none with gains), plus one scale per query head and per key group ("qk_scale") and the gain
+exchanges g_Q exp(s), g_K exp(-s) ("gain"); with input_centered the all-ones components of
+W_Q, W_K, W_V ("ones") and null moves against the centred W_K, W_V; a stack (n_layers > 1) acts
+with one A, B per key/value group and set on every layer of the set.  kv_latent: not
+implemented (``chart`` and ``act`` raise NotImplementedError).
+
 The tangent space of the orbit is the derivative of ``act`` at coordinates 0.
 """
 from __future__ import annotations
@@ -54,27 +61,99 @@ def commutant_basis(R: torch.Tensor) -> torch.Tensor:
 class Chart:
     """Where each group coordinate sits, and the bases the action uses at one parameter point."""
 
-    qk_basis: torch.Tensor            # (c, k, k)
+    qk_basis: torch.Tensor            # (c, k, k): commutant (skew part of it with qk_norm="plain")
     k_fixed: torch.Tensor             # (k, f): row vectors fixed by every rotation
-    qk_null: list[torch.Tensor]       # per group (k, k - d), empty unless k > d
-    vo_null: list[torch.Tensor]       # per group (v, v - d), empty unless v > d
+    qk_null: list[torch.Tensor]       # per key/value group (k, k - d_in), empty unless k > d_in
+    vo_null: list[torch.Tensor]       # per key/value group (v, v - d_in), empty unless v > d_in
     sizes: dict[str, int]             # coordinate block sizes, in order
+    gain_basis: torch.Tensor | None = None   # (k, f) gain exchanges (qk_norm="gain")
+
+
+def _check_supported(config: AttentionConfig) -> None:
+    if config.kv_latent is not None:
+        raise NotImplementedError(
+            "idlib.symmetry: the group action for kv_latent (latent K/V) is not implemented; "
+            "its count (idlib.counting.latent_fiber) is checked against the measured rank instead")
+
+
+def _kv_index(config: AttentionConfig) -> list[int]:
+    """For each query head of the stack (layer-major, l * H + h): its key/value group and set."""
+    H, G, m, S = config.n_heads, config.n_kv_heads, config.group_size, config.kv_share
+    return [(i // H // S) * G + (i % H) // m for i in range(config.n_layers * H)]
+
+
+_PER_LAYER = ("W_Q", "W_O", "b_Q")
+_PER_SET = ("W_K", "W_V", "b_K")
+
+
+def _flat(config: AttentionConfig, params: Params) -> Params:
+    """Stacked parameters with (layer, head) and (set, group) merged into one axis."""
+    if config.n_layers == 1:
+        return dict(params)
+    return {n: (p.reshape(-1, *p.shape[2:]) if n in _PER_LAYER + _PER_SET else p)
+            for n, p in params.items()}
+
+
+def _unflat(config: AttentionConfig, flat: Params) -> Params:
+    from .attention import param_shapes
+    shapes = param_shapes(config)
+    return {n: flat[n].reshape(shapes[n]) for n in shapes}
+
+
+def gain_exchange_basis(R: torch.Tensor) -> torch.Tensor:
+    """(k, f) indicator columns of the dimensions that the rotations R(t) tie together.
+
+    g_Q -> g_Q exp(s), g_K -> g_K exp(-s) keeps g_Q(i) g_K(j) R(t)_ij exactly when s is constant
+    on every connected set of dimensions linked by a nonzero R_ij (R = R(1) decides all t).
+    """
+    k = R.shape[0]
+    link = (R.abs() > 1e-12) | torch.eye(k, dtype=torch.bool)
+    label = list(range(k))
+    for _ in range(k):
+        for i in range(k):
+            for j in range(k):
+                if link[i, j]:
+                    label[i] = label[j] = min(label[i], label[j])
+    roots = sorted(set(label))
+    return torch.tensor([[1.0 if label[i] == r_ else 0.0 for r_ in roots] for i in range(k)], dtype=DTYPE)
+
+
+def _centering_projector(config: AttentionConfig) -> torch.Tensor:
+    d = config.d_model
+    eye = torch.eye(d, dtype=DTYPE)
+    return eye - torch.full((d, d), 1.0 / d, dtype=DTYPE) if config.input_centered else eye
 
 
 def chart(config: AttentionConfig, params: Params, frequencies: torch.Tensor | None = None) -> Chart:
+    _check_supported(config)
     d, H, G, k, v = config.d_model, config.n_heads, config.n_kv_heads, config.head_dim, config.value_dim
+    L, RG, LH = config.n_layers, config.n_kv_sets * config.n_kv_heads, config.n_layers * config.n_heads
+    d_in = config.input_dim
+    flat = _flat(config, params)
     R = rotation_matrix(config, 1.0, frequencies)
     qk_basis = commutant_basis(R)
+    if config.qk_norm == "plain":                     # orthogonal part: E skew
+        c = qk_basis.shape[0]
+        sym = (qk_basis + qk_basis.transpose(-1, -2)).reshape(c, -1).T
+        coef = null_space(sym)                        # combinations with E + E^T = 0
+        qk_basis = torch.einsum("cn,cij->nij", coef, qk_basis)
+    elif config.qk_norm == "gain":
+        qk_basis = torch.zeros(0, k, k, dtype=DTYPE)
     k_fixed = null_space(R.T - torch.eye(k, dtype=DTYPE))
-    qk_null = [null_space(params["W_K"][g]) for g in range(G)] if k > d else []
-    vo_null = [null_space(params["W_V"][g]) for g in range(G)] if v > d else []
+    P = _centering_projector(config)
+    qk_null = [null_space(P @ flat["W_K"][g]) for g in range(RG)] if k > d_in else []
+    vo_null = [null_space(P @ flat["W_V"][g]) for g in range(RG)] if v > d_in else []
     a = d + 1 if config.has_bias("q") else d
-    sizes = {"qk": G * qk_basis.shape[0], "vo": G * v * v,
-             "qk_null": H * a * (k - d) if qk_null else 0,
-             "vo_null": H * (v - d) * d if vo_null else 0,
-             "b_K": G * k_fixed.shape[1] if config.has_bias("k") else 0,
-             "b_V": G * v if config.has_bias("v") else 0}
-    return Chart(qk_basis, k_fixed, qk_null, vo_null, sizes)
+    gain_basis = gain_exchange_basis(R) if config.qk_norm == "gain" else None
+    sizes = {"qk": RG * qk_basis.shape[0], "vo": RG * v * v,
+             "qk_null": LH * a * (k - d_in) if qk_null else 0,
+             "vo_null": LH * (v - d_in) * d if vo_null else 0,
+             "b_K": RG * k_fixed.shape[1] if config.has_bias("k") and config.qk_norm == "none" else 0,
+             "b_V": G * v if config.has_bias("v") else 0,
+             "qk_scale": LH + RG if config.qk_norm != "none" else 0,
+             "gain": config.n_kv_sets * gain_basis.shape[1] if gain_basis is not None else 0,
+             "ones": (LH * k + RG * (k + v)) if config.input_centered else 0}
+    return Chart(qk_basis, k_fixed, qk_null, vo_null, sizes, gain_basis)
 
 
 def n_coordinates(ch: Chart) -> int:
@@ -83,27 +162,30 @@ def n_coordinates(ch: Chart) -> int:
 
 def act(config: AttentionConfig, params: Params, coords: torch.Tensor, ch: Chart) -> Params:
     """The group element with coordinates ``coords`` (in ``ch``) applied to ``params``."""
-    d, H, G, m = config.d_model, config.n_heads, config.n_kv_heads, config.group_size
+    _check_supported(config)
+    d, G = config.d_model, config.n_kv_heads
     k, v = config.head_dim, config.value_dim
+    RG, LH, d_in = config.n_kv_sets * G, config.n_layers * config.n_heads, config.input_dim
     blocks, i = {}, 0
     for name, size in ch.sizes.items():
         blocks[name] = coords[i:i + size]
         i += size
-    p = dict(params)
-    group = [h // m for h in range(H)]
+    p = _flat(config, params)
+    group = _kv_index(config)
 
     if ch.qk_null:                                   # [W_Q; b_Q] += Y N^T
         a = d + 1 if "b_Q" in p else d
-        Y = blocks["qk_null"].reshape(H, a, k - d)
-        moves = torch.stack([Y[h] @ ch.qk_null[group[h]].T for h in range(H)])
+        Y = blocks["qk_null"].reshape(LH, a, k - d_in)
+        moves = torch.stack([Y[h] @ ch.qk_null[group[h]].T for h in range(LH)])
         p["W_Q"] = p["W_Q"] + moves[:, :d]
         if "b_Q" in p:
             p["b_Q"] = p["b_Q"] + moves[:, d]
     c_before = _value_constant(config, p) if "b_V" in p else None
     if ch.vo_null:                                   # W_O += M Y
-        Y = blocks["vo_null"].reshape(H, v - d, d)
-        p["W_O"] = p["W_O"] + torch.stack([ch.vo_null[group[h]] @ Y[h] for h in range(H)])
+        Y = blocks["vo_null"].reshape(LH, v - d_in, d)
+        p["W_O"] = p["W_O"] + torch.stack([ch.vo_null[group[h]] @ Y[h] for h in range(LH)])
     if "b_V" in p:                                   # b_V += e, keeping c = sum_h b_V W_O^h
+        m = config.group_size
         e = blocks["b_V"].reshape(G, v)
         if "b_O" in p:
             p["b_V"] = p["b_V"] + e
@@ -116,8 +198,8 @@ def act(config: AttentionConfig, params: Params, coords: torch.Tensor, ch: Chart
             p["b_V"] = p["b_V"] + e.reshape(G, v)
 
     A = torch.linalg.matrix_exp(torch.einsum("gc,cij->gij",
-                                             blocks["qk"].reshape(G, -1), ch.qk_basis))
-    B = torch.linalg.matrix_exp(blocks["vo"].reshape(G, v, v))
+                                             blocks["qk"].reshape(RG, -1), ch.qk_basis))
+    B = torch.linalg.matrix_exp(blocks["vo"].reshape(RG, v, v))
     A_inv_T, B_inv = torch.linalg.inv(A).transpose(-1, -2), torch.linalg.inv(B)
     p["W_Q"] = p["W_Q"] @ A[group]
     p["W_K"] = p["W_K"] @ A_inv_T
@@ -126,16 +208,39 @@ def act(config: AttentionConfig, params: Params, coords: torch.Tensor, ch: Chart
     if "b_Q" in p:
         p["b_Q"] = (p["b_Q"][:, None, :] @ A[group])[:, 0]
     if "b_K" in p:
-        p["b_K"] = (p["b_K"][:, None, :] @ A_inv_T)[:, 0] + blocks["b_K"].reshape(G, -1) @ ch.k_fixed.T
+        p["b_K"] = (p["b_K"][:, None, :] @ A_inv_T)[:, 0]
+        if ch.sizes["b_K"]:
+            p["b_K"] = p["b_K"] + blocks["b_K"].reshape(RG, -1) @ ch.k_fixed.T
     if "b_V" in p:
         p["b_V"] = (p["b_V"][:, None, :] @ B)[:, 0]
-    return p
+    if ch.sizes["qk_scale"]:                         # normalised heads forget their scale
+        sq, sk = blocks["qk_scale"][:LH].exp(), blocks["qk_scale"][LH:].exp()
+        p["W_Q"] = p["W_Q"] * sq[:, None, None]
+        p["W_K"] = p["W_K"] * sk[:, None, None]
+        if "b_Q" in p:
+            p["b_Q"] = p["b_Q"] * sq[:, None]
+        if "b_K" in p:
+            p["b_K"] = p["b_K"] * sk[:, None]
+    if ch.sizes["gain"]:                             # g_Q exp(s), g_K exp(-s) per set
+        s = blocks["gain"].reshape(config.n_kv_sets, -1) @ ch.gain_basis.T      # (sets, k)
+        runs = [layer // config.kv_share for layer in range(config.n_layers)]
+        p["g_Q"] = (p["g_Q"].reshape(-1, k) * s[runs].exp()).reshape(p["g_Q"].shape)
+        p["g_K"] = (p["g_K"].reshape(-1, k) * (-s).exp()).reshape(p["g_K"].shape)
+    if ch.sizes["ones"]:                             # components along the all-ones direction
+        u = torch.full((d,), d ** -0.5, dtype=DTYPE)
+        z = blocks["ones"]
+        zq, zk, zv = z[:LH * k].reshape(LH, k), z[LH * k:(LH + RG) * k].reshape(RG, k), \
+            z[(LH + RG) * k:].reshape(RG, v)
+        p["W_Q"] = p["W_Q"] + u[None, :, None] * zq[:, None, :]
+        p["W_K"] = p["W_K"] + u[None, :, None] * zk[:, None, :]
+        p["W_V"] = p["W_V"] + u[None, :, None] * zv[:, None, :]
+    return _unflat(config, p)
 
 
 def _value_constant(config: AttentionConfig, p: Params) -> torch.Tensor:
     """c = sum_h b_V^{g(h)} W_O^h, the constant the value bias adds to every output."""
     m = config.group_size
-    return torch.einsum("hv,hvd->d", p["b_V"].repeat_interleave(m, dim=0), p["W_O"])
+    return torch.einsum("hv,hvd->d", p["b_V"].repeat_interleave(m, dim=0), p["W_O"])  # one layer
 
 
 def random_group_element(config: AttentionConfig, params: Params, seed: int = 0,
@@ -145,7 +250,8 @@ def random_group_element(config: AttentionConfig, params: Params, seed: int = 0,
     gen = torch.Generator().manual_seed(seed)
     parts = []
     for name, size in ch.sizes.items():
-        width = {"qk": config.head_dim, "vo": config.value_dim}.get(name, config.d_model)
+        width = {"qk": config.head_dim, "vo": config.value_dim, "qk_scale": 1,
+                 "gain": 1}.get(name, config.d_model)
         parts.append(scale / width ** 0.5 * torch.randn(size, generator=gen, dtype=DTYPE))
     return act(config, params, torch.cat(parts), ch)
 
@@ -179,12 +285,15 @@ def permute_heads(config: AttentionConfig, params: Params, head_perm: list[int])
         if group_perm.setdefault(h // m, old // m) != old // m:
             raise ValueError(f"head_perm={head_perm} must map each key/value group onto one group")
     gp = [group_perm[g] for g in range(config.n_kv_heads)]
+    axis = 1 if config.n_layers > 1 else 0           # a stack: the same relabelling in every layer
     out = {}
     for name, value in params.items():
         if name in ("W_Q", "W_O", "b_Q"):
-            out[name] = value[list(head_perm)]
-        elif name in ("W_K", "W_V", "b_K", "b_V"):
+            out[name] = value[(slice(None),) * axis + (list(head_perm),)]
+        elif name in ("W_K", "W_V", "b_K"):
+            out[name] = value[(slice(None),) * axis + (gp,)]
+        elif name in ("W_UK", "W_UV", "b_V"):
             out[name] = value[gp]
-        else:
+        else:                                            # b_O, W_DKV, gains: shared by all heads
             out[name] = value
     return out
