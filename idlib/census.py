@@ -1,0 +1,355 @@
+"""A census of published models: how much of their attention no data can identify.
+
+Each shipped file under ``idlib/data/configs/`` is the attention part of a published Hugging Face
+``config.json`` (values copied, nothing derived), plus keys starting with ``_`` that record where
+it comes from (``_source``: repository and path on the Hub; ``_checked_against``: where the values
+were read; ``_confirmed`` / ``_unconfirmed_fields``; ``_notes``).  ``AttentionConfig.from_hf``
+ignores the ``_`` keys, so every file also works as ``python -m idlib count --config FILE``.
+
+For each model the census gives the closed-form count of one attention layer
+(:func:`idlib.counting.count`), the whole model's attention (``num_hidden_layers`` layers, each
+counted on its own), the unidentified share, and the share the same layer would have without
+its RoPE, without its key/value grouping and without its QK-norm: the effect of each design
+choice.  :func:`twin` builds a small layer with the same head/group pattern, rotary share,
+biases and norms, small enough for :func:`idlib.rank.measure` to confirm its count.
+
+What the config does not say but the architecture fixes (QK-norm in Qwen3, Gemma 3 and OLMo 2)
+is added from :data:`ARCHITECTURE_FIELDS`; where the layer model cannot represent an
+architecture exactly (OLMo 2's norm over all heads, DeepSeek's decoupled RoPE key) the row is
+marked ``approximate`` or ``not representable`` with the reason, never silently adjusted.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .config import AttentionConfig, ConfigError
+from .counting import count
+from .hf import approximation_note
+
+CONFIG_DIR = Path(__file__).resolve().parent / "data" / "configs"
+
+# Attention fields the architecture fixes but its config.json does not spell out.
+# (model_type -> AttentionConfig field values, reason, whether the representation is exact)
+ARCHITECTURE_FIELDS: dict[str, tuple[dict[str, Any], str, bool]] = {
+    "qwen3": ({"qk_norm": "gain"}, "per-head RMSNorm of q and k with gains shared by the heads", True),
+    "qwen3_moe": ({"qk_norm": "gain"}, "per-head RMSNorm of q and k with gains shared by the heads", True),
+    "gemma3": ({"qk_norm": "gain"}, "per-head RMSNorm of q and k with gains shared by the heads", True),
+    "gemma3_text": ({"qk_norm": "gain"}, "per-head RMSNorm of q and k with gains shared by the heads", True),
+    "olmo2": ({"qk_norm": "gain"},
+              "OLMo 2 normalises the whole projected q (width H*k) and k (G*k) with gains of that "
+              "width; represented by per-head QK-norm with shared gains", False),
+}
+
+# The variant fields the census reads when AttentionConfig has them (added in parallel).
+VARIANT_FIELDS = ("qk_norm", "kv_latent", "latent_norm")
+
+
+def _has_field(name: str) -> bool:
+    return name in {f.name for f in fields(AttentionConfig)}
+
+
+@dataclass(frozen=True)
+class CensusModel:
+    """One shipped config and the attention layer the census counts for it."""
+
+    slug: str
+    name: str
+    source: str
+    checked_against: str
+    confirmed: bool
+    unconfirmed_fields: tuple[str, ...]
+    notes: str
+    model_type: str
+    n_layers: int
+    hf: dict[str, Any] = field(repr=False)
+    config: AttentionConfig | None
+    status: str                 # "exact", "approximate" or "not representable"
+    reason: str = ""            # why a row is approximate / not representable
+
+    @property
+    def path(self) -> Path:
+        return CONFIG_DIR / f"{self.slug}.json"
+
+
+def _text_config(data: dict[str, Any]) -> dict[str, Any]:
+    if "text_config" in data and "hidden_size" not in data:
+        return data["text_config"]
+    return data
+
+
+def _build(data: dict[str, Any], name: str) -> tuple[AttentionConfig | None, str, str]:
+    """(config, status, reason) for one HF config dict."""
+    text = _text_config(data)
+    model_type = str(text.get("model_type") or data.get("model_type") or "").lower()
+    try:
+        cfg = AttentionConfig.from_hf(data)
+    except ConfigError as e:
+        note = approximation_note(data)
+        if note is None:
+            return None, "not representable", str(e)
+        return AttentionConfig.from_hf(data, approximate=True), "approximate", note
+    status, reason = "exact", ""
+    extra = ARCHITECTURE_FIELDS.get(model_type) or ARCHITECTURE_FIELDS.get(
+        str(data.get("model_type", "")).lower())
+    if extra is not None:
+        values, why, exact = extra
+        settable = {k: v for k, v in values.items() if _has_field(k)}
+        unset = {k: v for k, v in settable.items() if getattr(cfg, k) != v}
+        if unset:
+            cfg = cfg.replace(**unset)
+        if len(settable) < len(values):
+            status, reason = "approximate", why + " (AttentionConfig has no qk_norm field yet: counted without it)"
+        elif not exact:
+            status, reason = "approximate", why
+    return cfg, status, reason
+
+
+def load_model(path: str | Path) -> CensusModel:
+    path = Path(path)
+    data = json.loads(path.read_text())
+    text = _text_config(data)
+    cfg, status, reason = _build(data, path.name)
+    return CensusModel(
+        slug=path.stem, name=data.get("_name", path.stem), source=data.get("_source", ""),
+        checked_against=data.get("_checked_against", ""), confirmed=bool(data.get("_confirmed", False)),
+        unconfirmed_fields=tuple(data.get("_unconfirmed_fields", ())), notes=data.get("_notes", ""),
+        model_type=str(text.get("model_type") or data.get("model_type", "")),
+        n_layers=int(text.get("num_hidden_layers") or text.get("n_layer") or 1),
+        hf=data, config=cfg, status=status, reason=reason)
+
+
+def load_models(directory: str | Path = CONFIG_DIR) -> list[CensusModel]:
+    """Every shipped model, sorted by file name."""
+    return [load_model(p) for p in sorted(Path(directory).glob("*.json"))]
+
+
+# -- the effect of each design choice -------------------------------------------------------
+
+def _share(config: AttentionConfig | None) -> float | None:
+    return None if config is None else count(config).ratio
+
+
+def _without(config: AttentionConfig, **changes: Any) -> AttentionConfig | None:
+    """The same layer with one design choice undone; None if that leaves no valid layer."""
+    try:
+        return config.replace(**changes)
+    except ConfigError:
+        return None
+
+
+def design_effects(config: AttentionConfig) -> dict[str, float | None]:
+    """Unidentified share with each of the layer's design choices undone (None: not used)."""
+    out: dict[str, float | None] = {"without_rope": None, "without_grouping": None,
+                                    "without_qk_norm": None}
+    if config.rotary_dim:
+        out["without_rope"] = _share(_without(config, rope_fraction=0.0))
+    if config.n_kv_heads != config.n_heads:
+        out["without_grouping"] = _share(_without(config, n_kv_heads=config.n_heads))
+    if getattr(config, "qk_norm", "none") != "none":
+        out["without_qk_norm"] = _share(_without(config, qk_norm="none"))
+    return out
+
+
+def census_row(model: CensusModel) -> dict[str, Any]:
+    """One row of the census (integers exact; shares as floats; None where not applicable)."""
+    row: dict[str, Any] = {
+        "slug": model.slug, "name": model.name, "model_type": model.model_type,
+        "layers": model.n_layers, "status": model.status, "reason": model.reason,
+        "source": model.source, "confirmed": model.confirmed,
+        "unconfirmed_fields": list(model.unconfirmed_fields)}
+    cfg = model.config
+    if cfg is None:
+        row.update({k: None for k in ("config", "per_layer_total", "per_layer_identified",
+                                      "per_layer_unidentified", "total", "identified",
+                                      "unidentified", "share", "share_without_rope",
+                                      "share_without_grouping", "share_without_qk_norm")})
+        return row
+    c = count(cfg)
+    L = model.n_layers
+    effects = design_effects(cfg)
+    row.update({
+        "config": cfg.to_dict(),
+        "per_layer_total": c.total, "per_layer_identified": c.identified,
+        "per_layer_unidentified": c.unidentified,
+        "total": L * c.total, "identified": L * c.identified, "unidentified": L * c.unidentified,
+        "share": c.ratio,
+        "share_without_rope": effects["without_rope"],
+        "share_without_grouping": effects["without_grouping"],
+        "share_without_qk_norm": effects["without_qk_norm"]})
+    return row
+
+
+def census_rows(directory: str | Path = CONFIG_DIR) -> list[dict[str, Any]]:
+    """The census, one dict per shipped model (what ``python -m idlib census --json`` prints)."""
+    return [census_row(m) for m in load_models(directory)]
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.3f}%"
+
+
+def _big(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+CENSUS_COLUMNS = ("model", "layers", "params/layer", "params (all layers)", "unidentified/layer",
+                  "share", "no RoPE", "no grouping", "no QK-norm")
+
+
+def table_cells(row: dict[str, Any]) -> list[str]:
+    """The printed cells of one row, in the order of :data:`CENSUS_COLUMNS`."""
+    mark = {"exact": "", "approximate": " (approx.)", "not representable": " (not counted)"}
+    return [row["name"] + mark[row["status"]] + ("" if row["confirmed"] else " *"),
+            str(row["layers"]), _big(row["per_layer_total"]), _big(row["total"]),
+            _big(row["per_layer_unidentified"]), _pct(row["share"]),
+            _pct(row["share_without_rope"]), _pct(row["share_without_grouping"]),
+            _pct(row["share_without_qk_norm"])]
+
+
+def format_census(rows: list[dict[str, Any]]) -> str:
+    """A plain-text table of :func:`census_rows`, with its footnotes."""
+    body = [list(CENSUS_COLUMNS)] + [table_cells(r) for r in rows]
+    widths = [max(len(line[i]) for line in body) for i in range(len(CENSUS_COLUMNS))]
+    fmt = lambda line: "  ".join(  # noqa: E731
+        cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths)))
+    lines = [fmt(body[0]), "-" * len(fmt(body[0]))] + [fmt(line) for line in body[1:]]
+    lines.append("share = unidentified / total parameters of one attention layer (the same for "
+                 "every layer); '-' = the model does not use that design choice.")
+    if any(not r["confirmed"] for r in rows):
+        lines.append("* some config values were read from third-party copies only "
+                     "(see the file's _unconfirmed_fields).")
+    for r in rows:
+        if r["status"] != "exact":
+            lines.append(f"{r['name']}: {r['status']}: {r['reason']}.")
+    return "\n".join(lines)
+
+
+def census_table(directory: str | Path = CONFIG_DIR) -> str:
+    """The census as text (what ``python -m idlib census`` prints)."""
+    return format_census(census_rows(directory))
+
+
+# -- scaled-down twins ----------------------------------------------------------------------
+
+TWIN_WIDTHS = range(8, 17)
+TWIN_MAX_PARAMS = 1200
+
+
+def _pattern(config: AttentionConfig) -> list[tuple[int, int]]:
+    """Candidate (G, m) of a twin: the real group size m (up to 8), one or two groups."""
+    G, m = config.n_kv_heads, config.group_size
+    if m == 1:                                   # plain multi-head attention: keep G = H
+        return [(h, 1) for h in (4, 3, 2)] if G >= 4 else [(G, 1)]
+    m_t = min(m, 8)
+    return [(g, m_t) for g in ((2, 1) if G >= 2 else (1,))]
+
+
+def _twin_latent(C: int, config: AttentionConfig, k: int, d: int) -> int:
+    """The twin's latent width: where C sits between head_dim and d_model (log scale), kept."""
+    k0, d0 = config.head_dim, config.d_model
+    if k0 < C < d0:
+        return max(k + 1, min(d - 1, round(k * (d / k) ** (math.log(C / k0) / math.log(d0 / k0)))))
+    return max(1, round(C / d0 * d))
+
+
+def twin(config: AttentionConfig, widths: range = TWIN_WIDTHS,
+         max_params: int = TWIN_MAX_PARAMS) -> AttentionConfig:
+    """A small layer with the same head/group pattern, rotary share, biases and norms.
+
+    Keeps: group size m = H/G (capped at 8; G = H stays G = H), the query width relative to the
+    model width H k / d (as closely as small integers allow), v / k, the rotary share r / k,
+    the RoPE base, the biases, the causal mask and the variant fields (QK-norm, latent norm, the
+    latent width relative to d).  Among the candidates with the closest H k / d it prefers more
+    heads, then fewer parameters.
+    """
+    from .attention import n_params
+
+    target = config.n_heads * config.head_dim / config.d_model
+    v_over_k = config.value_dim / config.head_dim
+    frac = config.rope_fraction
+    extra = {name: getattr(config, name) for name in VARIANT_FIELDS if _has_field(name)}
+    latent = extra.get("kv_latent")
+    best = None
+    for d in widths:
+        for G, m in _pattern(config):
+            H = G * m
+            for k in range(1, d + 1):
+                r = frac * k
+                if abs(r - round(r)) > 1e-9 or round(r) % 2 or (frac and round(r) == 0):
+                    continue
+                v = v_over_k * k
+                if abs(v - round(v)) > 1e-9 or round(v) < 1:
+                    continue
+                # one rotating plane has theta_0 = base^0 = 1 whatever the base: use the default
+                base = config.rope_base if round(r) > 2 else 10000.0
+                kw = dict(d_model=d, n_heads=H, n_kv_heads=G, head_dim=k, value_dim=int(round(v)),
+                          rope_fraction=frac, rope_base=base, bias=config.bias,
+                          causal=config.causal)
+                kw.update(extra)
+                if latent is not None:
+                    kw["kv_latent"] = _twin_latent(latent, config, k, d)
+                try:
+                    cand = AttentionConfig(**kw)
+                except (ConfigError, TypeError):
+                    continue
+                p = n_params(cand)
+                if p > max_params:
+                    continue
+                key = (round(abs(math.log(H * k / d / target)), 9), -H, p, d)
+                if best is None or key < best[0]:
+                    best = (key, cand)
+    if best is None:
+        raise ConfigError(f"no twin of {config} with d_model in {widths.start}..{widths.stop - 1} "
+                          f"and at most {max_params} parameters")
+    return best[1]
+
+
+def twin_check(config: AttentionConfig, seed: int = 0) -> dict[str, Any]:
+    """Closed-form count of ``twin(config)`` against its measured Jacobian rank."""
+    t = twin(config)
+    return {"twin": t, **_check_twin(t, seed)}
+
+
+def twin_checks(models: list[CensusModel], seeds: tuple[int, ...] = (0,)) -> list[dict[str, Any]]:
+    """One check per distinct twin (models whose twins coincide share it), over ``seeds``."""
+    groups: dict[AttentionConfig, list[str]] = {}
+    for m in models:
+        if m.config is not None:
+            groups.setdefault(twin(m.config), []).append(m.name)
+    out = []
+    for t, names in groups.items():
+        runs = [_check_twin(t, seed) for seed in seeds]
+        out.append({"models": names, "twin": t, "runs": runs,
+                    "agrees": all(r["agrees"] for r in runs)})
+    return out
+
+
+def _check_twin(t: AttentionConfig, seed: int) -> dict[str, Any]:
+    from .rank import measure
+
+    c = count(t)
+    m = measure(t, seed=seed)
+    return {"seed": seed, "n_params": c.total, "closed_form_identified": c.identified,
+            "closed_form_unidentified": c.unidentified, "rank": m.rank,
+            "measured_unidentified": m.unidentified, "gap": m.gap, "certified": m.certified,
+            "agrees": bool(m.certified and m.n_params == c.total and m.rank == c.identified)}
+
+
+def describe_twin(t: AttentionConfig) -> str:
+    """A short description of a twin's shape: d, H/G, k, v, r, biases, variants."""
+    parts = [f"d={t.d_model}", f"H={t.n_heads}", f"G={t.n_kv_heads}", f"k={t.head_dim}"]
+    if t.value_dim != t.head_dim:
+        parts.append(f"v={t.value_dim}")
+    if t.rotary_dim:
+        parts.append(f"r={t.rotary_dim}")
+    if t.bias:
+        parts.append(f"bias={t.bias}")
+    for name in VARIANT_FIELDS:
+        val = getattr(t, name, None)
+        if val not in (None, False, "none"):
+            parts.append(f"{name}={val}")
+    return " ".join(parts)
