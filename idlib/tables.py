@@ -1,0 +1,118 @@
+"""Tables for the chapters: closed-form counts against measured Jacobian ranks, as Markdown.
+
+``compare`` measures one configuration and pairs the measured rank with the closed form;
+``comparison_table`` formats a list of comparisons as a Markdown table (shown in a notebook
+with ``display(Markdown(...))``); ``summary`` says in one line how many agree.
+
+Printed text must be identical from one execution to the next (nbval compares it), so the
+gap is printed through ``format_gap``: beyond ``GAP_SHOWN`` the smaller singular value of the
+gap is round-off, whose last digits depend on the BLAS kernels and thread count, and the gap
+is printed as a bound (``> 1e8``) instead of digits that would change from machine to machine.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+
+from .config import AttentionConfig
+from .counting import count
+from .rank import CERTIFY_GAP, GAP_SHOWN, format_gap, measure
+
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One configuration: closed-form identified count against the measured Jacobian rank."""
+
+    config: AttentionConfig
+    total: int
+    closed_form: int          # identified parameters, closed form (count(config).identified)
+    measured: int             # measured Jacobian rank
+    gap: float                # sigma_r / sigma_{r+1} at the measured rank
+    certified: bool           # gap >= CERTIFY_GAP
+
+    @property
+    def unidentified(self) -> int:
+        """Closed-form unidentified parameters."""
+        return self.total - self.closed_form
+
+    @property
+    def measured_unidentified(self) -> int:
+        return self.total - self.measured
+
+    @property
+    def agrees(self) -> bool:
+        """Certified and equal: the only case in which the measurement confirms the count."""
+        return self.certified and self.measured == self.closed_form
+
+
+def compare(config: AttentionConfig, seed: int = 0, frequencies: torch.Tensor | None = None,
+            **measure_kw: Any) -> Comparison:
+    """Measure ``config`` (``idlib.rank.measure``) and pair it with ``count(config)``."""
+    closed = count(config, frequencies)
+    m = measure(config, seed=seed, frequencies=frequencies, **measure_kw)
+    if m.n_params != closed.total:
+        raise AssertionError(f"parameter totals differ: measured {m.n_params}, counted {closed.total}")
+    return Comparison(config, closed.total, closed.identified, m.rank, m.gap, m.certified)
+
+
+def compare_all(configs: Iterable[AttentionConfig], seed: int = 0,
+                frequencies: torch.Tensor | None = None, **measure_kw: Any) -> list[Comparison]:
+    return [compare(c, seed, frequencies, **measure_kw) for c in configs]
+
+
+def format_certified(certified: bool) -> str:
+    return "yes" if certified else "not certified"
+
+
+def format_fraction(numerator: int, denominator: int) -> str:
+    """An exact ratio of integers in lowest terms, '1/8' ('0' and '1' when they are)."""
+    return str(Fraction(numerator, denominator))
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
+                   align: str | None = None) -> str:
+    """A Markdown (GFM / MyST) table; ``align`` is one letter per column from 'lrc'."""
+    rows = [[str(x) for x in row] for row in rows]
+    align = align or "r" * len(headers)
+    if len(align) != len(headers) or any(len(r) != len(headers) for r in rows):
+        raise ValueError("markdown_table: every row and align must have one entry per header")
+    rule = {"l": ":--", "r": "--:", "c": ":-:"}
+    lines = ["| " + " | ".join(headers) + " |",
+             "| " + " | ".join(rule[a] for a in align) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+STANDARD_HEADERS = ("parameters", "identified (closed form)", "rank (measured)", "gap",
+                    "certified", "unidentified share")
+
+
+def standard_cells(c: Comparison) -> list[str]:
+    """The cells of ``STANDARD_HEADERS`` for one comparison."""
+    return [str(c.total), str(c.closed_form), str(c.measured), format_gap(c.gap),
+            format_certified(c.certified), format_fraction(c.unidentified, c.total)]
+
+
+def comparison_table(comparisons: Sequence[Comparison],
+                     labels: dict[str, Callable[[AttentionConfig], Any]] | None = None) -> str:
+    """Markdown table: one row per comparison, ``labels`` columns (header -> f(config)) first."""
+    labels = labels or {}
+    headers = list(labels) + list(STANDARD_HEADERS)
+    rows = [[f(c.config) for f in labels.values()] + standard_cells(c) for c in comparisons]
+    return markdown_table(headers, rows)
+
+
+def summary(comparisons: Sequence[Comparison]) -> str:
+    """One line: agreements out of total and whether every rank is certified."""
+    n = len(comparisons)
+    agree = sum(c.agrees for c in comparisons)
+    certified = sum(c.certified for c in comparisons)
+    finite = [c.gap for c in comparisons if not math.isinf(c.gap)]
+    smallest = format_gap(min(finite)) if finite else "inf"
+    return (f"{agree} of {n} configurations: measured rank = closed form; "
+            f"{certified} of {n} certified (gap >= {CERTIFY_GAP:.0e}); smallest gap {smallest}")
