@@ -3,6 +3,13 @@
 J[(sequence, token, feature), parameter] at generic parameters and inputs; its rank is the
 functional dimension.  A rank is only a fact with its gap sigma_r / sigma_{r+1}: the cut is
 ``certified`` when that gap is at least ``CERTIFY_GAP``.
+
+Two routes (``measure(method=...)``): "dense" forms J and takes all its singular values;
+"structured" (:mod:`idlib.fastrank`) decides the rank from one small problem per key/value
+group and certifies a lower bound on the gap of J itself, without forming J (16,384
+parameters in about a minute).  "auto" takes the dense route up to ``AUTO_DENSE_MAX_PARAMS``
+parameters (so small layers keep their full spectrum) and the structured one above, falling
+back to dense when the structure does not apply or its bound cannot certify.
 """
 from __future__ import annotations
 
@@ -15,6 +22,9 @@ from .attention import flatten, forward, init_params, n_params, random_inputs, u
 from .config import AttentionConfig
 
 CERTIFY_GAP = 1e6
+AUTO_DENSE_MAX_PARAMS = 2048     # "auto": dense (full spectrum) up to here, structured above
+DENSE_FALLBACK_MAX_PARAMS = 6000  # "auto" never falls back to the dense SVD above this size
+METHODS = ("auto", "dense", "structured")
 
 
 def default_seq_len(config: AttentionConfig) -> int:
@@ -33,6 +43,11 @@ class RankMeasurement:
     singular_values: torch.Tensor
     gap: float
     certified: bool
+    method: str = "dense"
+    """Which route measured it.  "dense": ``singular_values`` are all of J's and ``gap`` is
+    sigma_r / sigma_{r+1}.  "structured": ``gap`` is a certified lower bound on that ratio and
+    ``singular_values`` are the bounds it rests on: first a lower bound on sigma_r, then upper
+    bounds on sigma_{r+1}, ..., sigma_{n_params} (see :mod:`idlib.fastrank`)."""
 
     @property
     def unidentified(self) -> int:
@@ -40,8 +55,27 @@ class RankMeasurement:
         return self.n_params - self.rank
 
     def describe(self) -> str:
+        """One line; the gap's trailing digits depend on the BLAS build, so only its decade
+        is printed above 1e8 (far past the 1e6 certificate)."""
         status = "certified" if self.certified else "NOT certified"
-        return (f"rank {self.rank} of {self.n_params} (gap {self.gap:.3e}, {status})")
+        return f"rank {self.rank} of {self.n_params} (gap {format_gap(self.gap)}, {status})"
+
+
+GAP_SHOWN = 1e8
+
+
+def format_gap(gap: float) -> str:
+    """The gap as the book prints it: 'inf' (full column rank), '> 1e8', or its decade ('1e6-1e7').
+
+    sigma_{r+1} is round-off, whose digits change with the BLAS kernels and thread count (by
+    some 10 %); the decade is what the measurement tells, and it re-executes identically.
+    """
+    if math.isinf(gap):
+        return "inf"
+    if gap > GAP_SHOWN:
+        return "> 1e8"
+    e = math.floor(math.log10(gap)) if gap > 0 else -99
+    return f"1e{e}-1e{e + 1}"
 
 
 def jacobian(config: AttentionConfig, params: Params, X: torch.Tensor,
@@ -76,27 +110,58 @@ def rank_from_singular_values(sv: torch.Tensor, shape: tuple[int, int]) -> tuple
     return rank, (sv[rank - 1].item() / below) if below > 0 else math.inf
 
 
-def default_n_sequences(config: AttentionConfig, seq_len: int, oversample: float = 1.25) -> int:
+def softmax_budget(seq_len: int, causal: bool) -> int:
+    """Sum over queries of (keys seen - 1): the numbers per sequence and head through which the
+    QK parameters reach the output (a softmax over kappa scores has kappa - 1 free values)."""
+    n = seq_len
+    return n * (n - 1) // 2 if causal else n * (n - 1)
+
+
+def default_n_sequences(config: AttentionConfig, seq_len: int, oversample: float = 1.5) -> int:
     """Enough sequences for full rank to be possible, with a margin ``oversample``.
 
-    Two bounds: rows B n d at least n_params; and, since one head's attention pattern reaches
-    the output only through its min(v, d) value directions, B n min(v, d) at least the
-    2 d (k + v) parameters of one head.
+    Three bounds: rows B n d at least n_params; since one head's attention pattern reaches the
+    output only through its min(v, d) value directions, B n min(v, d) at least the 2 d (k + v)
+    parameters of one head; and the softmax budget B H sum_i (keys_i - 1) at least the
+    (H + G) d k query/key parameters (short sequences carry little of them).
     """
     d, k, v = config.d_model, config.head_dim, config.value_dim
     rows_bound = n_params(config) / (seq_len * d)
     head_bound = 2 * d * (k + v) / (seq_len * min(v, d))
-    return math.ceil(oversample * max(rows_bound, head_bound)) + 1
+    budget = config.n_heads * softmax_budget(seq_len, config.causal)
+    qk_bound = (config.n_heads + config.n_kv_heads) * d * k / budget if budget else 0.0
+    return math.ceil(oversample * max(rows_bound, head_bound, qk_bound)) + 1
 
 
 def measure(config: AttentionConfig, seed: int = 0, seq_len: int | None = None,
             n_sequences: int | None = None, params: Params | None = None,
-            frequencies: torch.Tensor | None = None) -> RankMeasurement:
-    """Jacobian rank at seeded generic parameters on seeded Gaussian inputs (float64)."""
+            frequencies: torch.Tensor | None = None, method: str = "auto") -> RankMeasurement:
+    """Jacobian rank at seeded generic parameters on seeded Gaussian inputs (float64).
+
+    ``method``: "auto" (default), "dense" or "structured" (see the module docstring).
+    """
+    if method not in METHODS:
+        raise ValueError(f"method={method!r} must be one of {', '.join(METHODS)}")
     params = init_params(config, seed) if params is None else params
     seq_len = default_seq_len(config) if seq_len is None else seq_len
     n_sequences = default_n_sequences(config, seq_len) if n_sequences is None else n_sequences
     X = random_inputs(config, n_sequences, seq_len, seed)
+    P = n_params(config)
+    if method == "structured" or (method == "auto" and P > AUTO_DENSE_MAX_PARAMS):
+        from . import fastrank
+        try:
+            s = fastrank.structured_rank(config, params, X, frequencies)
+        except fastrank.StructureError:
+            if method == "structured":
+                raise
+        else:
+            m = RankMeasurement(
+                rank=s.rank, n_params=s.n_params, n_rows=s.n_rows,
+                singular_values=torch.cat([torch.tensor([s.sigma_r_lower], dtype=torch.float64),
+                                           s.kernel_singular_values.sort(descending=True).values]),
+                gap=s.gap, certified=s.gap >= CERTIFY_GAP, method="structured")
+            if m.certified or method == "structured" or P > DENSE_FALLBACK_MAX_PARAMS:
+                return m
     J = jacobian(config, params, X, frequencies)
     sv = torch.linalg.svdvals(J)
     rank, gap = rank_from_singular_values(sv, tuple(J.shape))

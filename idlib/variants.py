@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .config import AttentionConfig
 from .counting import count
-from .rank import measure
+from .rank import format_gap as gap_decade, measure
 
 BASE = dict(d_model=6, n_heads=2, head_dim=2)
 
@@ -74,17 +74,6 @@ class Row:
     @property
     def agrees(self) -> bool:
         return self.certified and self.closed == self.measured
-
-
-def gap_decade(gap: float) -> str:
-    """The gap as a decade ('1e6-1e7'), '> 1e8' or 'inf': sigma_{r+1} is round-off, whose digits
-    change with the BLAS kernels and thread count; the decade is what the measurement tells."""
-    if math.isinf(gap):
-        return "inf"
-    if gap > 1e8:
-        return "> 1e8"
-    e = math.floor(math.log10(gap))
-    return f"1e{e}-1e{e + 1}"
 
 
 def compare(entries: list[tuple[str, dict]], seed: int = 0) -> list[Row]:
