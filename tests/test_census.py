@@ -9,6 +9,7 @@ import pytest
 from idlib import census
 from idlib.config import AttentionConfig, ConfigError
 from idlib.counting import count, unidentified_ratio_mha
+from idlib.hf import approximation_note
 
 MODELS = {m.slug: m for m in census.load_models()}
 ROWS = {r["slug"]: r for r in census.census_rows()}
@@ -36,9 +37,10 @@ def test_every_shipped_config_loads(slug):
         return
     try:
         direct = AttentionConfig.from_file(m.path)    # what `idlib count --config` reads
-    except ConfigError as e:                           # only the latent K/V refusal is expected
-        assert "kv_lora_rank" in str(e)
-        assert m.status == "approximate"
+    except ConfigError as e:       # refused exactly: latent K/V, OLMo 2's all-head QK-norm
+        assert "kv_lora_rank" in str(e) or "OLMo 2" in str(e)
+        assert m.status == "approximate" and m.reason == approximation_note(raw)
+        assert AttentionConfig.from_hf(raw, approximate=True) == m.config
         return
     extra = census.ARCHITECTURE_FIELDS.get(m.model_type, ({}, "", True))[0]
     assert direct.replace(**{k: v for k, v in extra.items() if hasattr(direct, k)}) == m.config
