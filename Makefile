@@ -1,4 +1,5 @@
 # Two commands:  make book  |  make test      (see README.md)
+# and, at paper scale / for print:  make reproduce  |  make pdf  |  make bench
 #
 # Both bootstrap .venv from requirements.txt (exact pins) when it is missing or older
 # than that file, register the venv's python as the Jupyter kernel "python3" and put the
@@ -20,6 +21,9 @@ PTH_NAME := idlib_repo.pth
 CHAPTERS := $(sort $(wildcard chapters/*.ipynb))
 BUILD    := _build
 PM_OUT   := $(BUILD)/papermill
+GEN      := $(BUILD)/generated
+TIMINGS  := $(BUILD)/timings
+REPRO    := $(BUILD)/reproduce
 # profile passed to every chapter by `make papermill` (the notebooks default to "default")
 PROFILE  ?= default
 
@@ -40,12 +44,17 @@ MPL_KERNEL  := MPLBACKEND=module://matplotlib_inline.backend_inline
 
 JB_FLAGS := -W -n --keep-going --all
 
-.PHONY: help venv book test unit nbval papermill outputs clean distclean
+.PHONY: help venv book test unit nbval papermill outputs clean distclean \
+        report reproduce pdf tex bench determinism
 
 help:
 	@echo "make book      execute every chapter and build _build/html/index.html (warnings = errors)"
 	@echo "make test      unit tests, nbval (strict) and papermill on every chapter, then the book"
 	@echo "make outputs   re-execute every chapter in place (store outputs that nbval checks)"
+	@echo "make reproduce every chapter with profile=full into $(REPRO)/, then a second book from them"
+	@echo "make pdf       the whole book as one PDF in $(BUILD)/pdf/ (installs TeX Live via apt-get if missing)"
+	@echo "make bench     rank-engine benchmark -> benchmarks/results/ (JSON + figures the book shows)"
+	@echo "make determinism  execute every chapter twice, compare the text outputs"
 	@echo "make clean     remove _build and caches (keeps .venv);  make distclean also removes .venv"
 
 # --- bootstrap ---------------------------------------------------------------------------
@@ -70,7 +79,7 @@ venv: $(SETUP)
 # --all (fresh Sphinx environment) plus removing the old output: every notebook is
 # re-read and re-executed on every build (execute_notebooks: force), so an edit to idlib/
 # can never be hidden by a stale page.
-book: $(SETUP)
+book: $(SETUP) report
 	rm -rf $(BUILD)/html $(BUILD)/.doctrees $(BUILD)/jupyter_execute
 	@status=0; $(MPL_KERNEL) $(BIN)/jupyter-book build . $(JB_FLAGS) || status=$$?; \
 	reports=$$(find $(BUILD)/html/reports -name '*.err.log' 2>/dev/null | sort || true); \
@@ -108,14 +117,13 @@ nbval: $(SETUP)
 	  --nbval-sanitize-with nbval_sanitize.cfg $(CHAPTERS)
 
 # Every chapter through papermill with its `parameters` cell (profile=$(PROFILE)),
-# kernel working directory = chapters/ (as in the book build and nbval).
+# kernel working directory = chapters/ (as in the book build and nbval). Prints each chapter
+# and its elapsed time; every chapter is attempted, the target fails if any failed. Times and
+# environment go to $(TIMINGS)/$(PROFILE).json (shown on the reproducibility page).
 papermill: $(SETUP)
-	@mkdir -p $(PM_OUT)
-	@for nb in $(CHAPTERS); do \
-	  echo "papermill $$nb -> $(PM_OUT)/$$(basename $$nb) (profile=$(PROFILE))"; \
-	  $(MPL_KERNEL) $(BIN)/papermill "$$nb" "$(PM_OUT)/$$(basename $$nb)" \
-	    -p profile "$(PROFILE)" --cwd "$$(dirname $$nb)" -k python3 --no-progress-bar --log-level WARNING; \
-	done
+	@if [ -z "$(CHAPTERS)" ]; then echo "make papermill: no chapters/*.ipynb"; exit 0; fi
+	$(MPL_KERNEL) $(PY) benchmarks/run_chapters.py --profile "$(PROFILE)" --out $(PM_OUT) \
+	  --timings $(TIMINGS)/$(PROFILE).json $(CHAPTERS)
 
 # Re-execute every chapter in place (outputs stored in the .ipynb, what nbval compares),
 # in the same environment as the checks above. Run after editing a chapter or idlib/.
@@ -153,6 +161,81 @@ for p in sys.argv[1:]:
     print("stored outputs:", p)
 endef
 export STORE_OUTPUTS
+
+# --- the reproducibility page's generated includes ------------------------------------------
+
+# _build/generated/{build,benchmark}.md: environment, per-profile chapter times (from
+# $(TIMINGS)/*.json when they exist), the committed benchmark (benchmarks/results/). Written
+# before every build, so chapters/reproducibility.md can include them from a fresh clone.
+report: $(SETUP)
+	$(MPL_SCRIPTS) $(PY) benchmarks/report.py --book main --out $(GEN) $(CHAPTERS)
+
+# --- reproduction at paper scale -------------------------------------------------------------
+
+# 1. every chapter with -p profile full through papermill into $(REPRO)/chapters/ (progress and
+#    elapsed time printed; times in $(TIMINGS)/full.json);
+# 2. a copy of the book's sources around them, with execute_notebooks: off, built into
+#    $(REPRO)/_build/html (same Sphinx flags as make book: warnings are errors).
+REPRO_SOURCES := _config.yml _toc.yml references.bib $(filter-out README.md,$(wildcard *.md))
+
+reproduce: $(SETUP)
+	rm -rf $(REPRO)
+	mkdir -p $(REPRO)/chapters $(REPRO)/benchmarks
+	cp $(REPRO_SOURCES) $(REPRO)/
+	cp -R chapters/. $(REPRO)/chapters/
+	cp -R benchmarks/results $(REPRO)/benchmarks/
+	@status=0; $(MPL_KERNEL) $(PY) benchmarks/run_chapters.py --profile full --out $(REPRO)/chapters \
+	  --timings $(TIMINGS)/full.json $(CHAPTERS) || status=$$?; \
+	if [ "$$status" != 0 ]; then echo "make reproduce: FAILED (see the chapters above)"; exit 1; fi
+	sed -i -E 's/^([[:space:]]*execute_notebooks:).*/\1 off   # make reproduce: outputs from papermill (profile full)/' $(REPRO)/_config.yml
+	grep -Eq '^[[:space:]]*execute_notebooks: off' $(REPRO)/_config.yml
+	$(MPL_SCRIPTS) $(PY) benchmarks/report.py --book reproduce --out $(REPRO)/$(GEN) $(CHAPTERS)
+	@status=0; $(BIN)/jupyter-book build $(REPRO) $(JB_FLAGS) || status=$$?; \
+	if [ "$$status" != 0 ]; then echo "make reproduce: book build FAILED (see the warnings above)"; exit 1; fi; \
+	test -f $(REPRO)/$(BUILD)/html/index.html; echo "make reproduce: OK -> $(REPRO)/$(BUILD)/html/index.html"
+
+# --- PDF ---------------------------------------------------------------------------------------
+
+# Jupyter Book's LaTeX builder (xelatex via latexmk; Sphinx also wants xindy and the FreeFont
+# OpenType fonts, Jupyter Book's class bbm.sty from texlive-fonts-extra). `make tex` installs
+# them from Debian/Ubuntu packages when any is missing.
+TEX_PACKAGES := texlive-latex-recommended texlive-latex-extra texlive-fonts-recommended \
+                texlive-fonts-extra texlive-xetex texlive-plain-generic latexmk xindy fonts-freefont-otf
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+tex:
+	@if command -v xelatex >/dev/null && command -v latexmk >/dev/null && command -v xindy >/dev/null \
+	    && kpsewhich bbm.sty >/dev/null && command -v fc-list >/dev/null && fc-list | grep -qi FreeSerif; then \
+	  echo "make tex: xelatex, latexmk, xindy, bbm.sty and FreeFont present"; \
+	elif command -v apt-get >/dev/null; then \
+	  echo "make tex: installing $(TEX_PACKAGES)"; \
+	  $(SUDO) apt-get update -q; \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $(TEX_PACKAGES); \
+	else \
+	  echo "make tex: no apt-get; install TeX Live (xelatex, latexmk, xindy, bbm-macros) and FreeFont (OTF)"; exit 1; \
+	fi
+
+pdf: $(SETUP) tex report
+	rm -rf $(BUILD)/latex $(BUILD)/pdf
+	@status=0; $(MPL_KERNEL) $(BIN)/jupyter-book build . --builder pdflatex $(JB_FLAGS) || status=$$?; \
+	pdf=$$(ls $(BUILD)/latex/*.pdf 2>/dev/null | head -1 || true); \
+	if [ "$$status" != 0 ] || [ -z "$$pdf" ]; then echo "make pdf: FAILED (see above; LaTeX log in $(BUILD)/latex/)"; exit 1; fi; \
+	mkdir -p $(BUILD)/pdf; cp "$$pdf" $(BUILD)/pdf/book.pdf; echo "make pdf: OK -> $(BUILD)/pdf/book.pdf"
+
+# --- benchmark and determinism -----------------------------------------------------------------
+
+# Rewrites benchmarks/results/rank_speed.{json,png} and rank_certificate.png (commit them: the
+# reproducibility page shows them). Heavy: a few minutes of both cores.
+bench: $(SETUP)
+	$(MPL_SCRIPTS) $(PY) benchmarks/rank_speed.py
+
+# Two independent executions of every chapter (papermill, profile $(PROFILE)); their text
+# outputs must be identical after the nbval_sanitize.cfg rules.
+determinism: $(SETUP)
+	rm -rf $(BUILD)/determinism
+	$(MPL_KERNEL) $(PY) benchmarks/run_chapters.py --profile "$(PROFILE)" --out $(BUILD)/determinism/run1 $(CHAPTERS)
+	$(MPL_KERNEL) $(PY) benchmarks/run_chapters.py --profile "$(PROFILE)" --out $(BUILD)/determinism/run2 $(CHAPTERS)
+	$(PY) benchmarks/compare_outputs.py --sanitize nbval_sanitize.cfg $(BUILD)/determinism/run1 $(BUILD)/determinism/run2
 
 # --- cleaning ----------------------------------------------------------------------------
 
