@@ -1,0 +1,203 @@
+"""The closed-form count: known values, hand-derived sizes, and equality with the measured rank."""
+import itertools
+import math
+from fractions import Fraction
+
+import pytest
+import torch
+
+from idlib.attention import n_params
+from idlib.config import AttentionConfig
+from idlib.counting import (count, factor_fiber, rope_commutant_dim, rotation_classes,
+                            unidentified_ratio_mha)
+from idlib.rank import CERTIFY_GAP, measure, rank_from_singular_values
+
+BIASES = ["".join(s) for n in range(5) for s in itertools.combinations("qkvo", n)]   # all 16
+
+# -- the grid: every field and combination, d <= 8 ------------------------------------------
+SHAPES = [  # (d, H, G, k, v, rope_fraction)
+    (1, 1, 1, None, None, 0.0),           # the smallest layer
+    (2, 1, 1, None, None, 1.0),
+    (4, 1, 1, None, None, 0.0),           # one head, k = v = d
+    (4, 2, 2, None, None, 0.0),
+    (6, 3, 3, None, None, 0.0),
+    (8, 4, 2, None, None, 0.0),           # GQA
+    (8, 4, 1, None, None, 0.0),           # MQA
+    (6, 6, 1, None, None, 0.0),           # one dimension per head, MQA
+    (8, 2, 2, 2, 2, 0.0),                 # head dims below d/H
+    (6, 2, 1, 1, 2, 0.0),
+    (4, 2, 2, 3, 3, 0.0),                 # above d/H, at most d
+    (8, 4, 2, 6, 3, 0.0),
+    (3, 1, 1, 5, 4, 0.0),                 # wider than d
+    (4, 2, 1, 6, 5, 0.0),
+    (2, 2, 2, 4, 3, 0.0),
+    (6, 2, 2, 3, 1, 0.0),                 # value width different from key width
+    (6, 1, 1, 2, 7, 0.0),
+    (4, 1, 1, None, None, 1.0),           # full RoPE
+    (8, 2, 2, None, None, 1.0),
+    (8, 4, 2, None, None, 1.0),
+    (8, 4, 1, 4, 2, 1.0),
+    (8, 1, 1, 6, None, 2 / 3),            # partial RoPE
+    (8, 2, 2, 4, None, 0.5),
+    (6, 2, 1, 6, 3, 1 / 3),               # partial RoPE on a head as wide as d
+    (8, 2, 2, 8, 4, 0.75),
+]
+GRID = []
+for i, (d, H, G, k, v, f) in enumerate(SHAPES):
+    for j in range(2):                    # two bias subsets per shape, cycling through all 16
+        GRID.append(dict(d_model=d, n_heads=H, n_kv_heads=G, head_dim=k, value_dim=v,
+                         rope_fraction=f, bias=BIASES[(2 * i + j * 5) % 16], causal=bool((i + j) % 2)))
+# repeated RoPE frequencies (base 1: every theta_i = 1) and a small base
+GRID += [dict(d_model=6, head_dim=6, rope_fraction=1.0, rope_base=1.0, bias="k"),
+         dict(d_model=8, n_heads=2, head_dim=6, rope_fraction=2 / 3, rope_base=1.0, bias="qkvo"),
+         dict(d_model=8, n_heads=2, rope_fraction=1.0, rope_base=100.0, causal=True, bias="qk"),
+         dict(d_model=6, n_heads=3, n_kv_heads=1, rope_fraction=1.0, rope_base=500000.0, bias="kv")]
+# every bias subset on one GQA shape (so each subset also meets grouped heads)
+GRID += [dict(d_model=6, n_heads=2, n_kv_heads=1, head_dim=2, value_dim=3, bias=b, causal=True)
+         for b in BIASES[::3]]
+
+
+def _id(kw):
+    c = AttentionConfig(**kw)
+    return (f"d{c.d_model}H{c.n_heads}G{c.n_kv_heads}k{c.head_dim}v{c.value_dim}r{c.rotary_dim}"
+            f"b{c.rope_base:g}-{c.bias or 'none'}{'-causal' if c.causal else ''}")
+
+
+def test_grid_covers_every_field():
+    cs = [AttentionConfig(**kw) for kw in GRID]
+    assert len(cs) == len(set(cs)) >= 60
+    assert {c.bias for c in cs} == set(BIASES)
+    assert {c.causal for c in cs} == {True, False}
+    assert any(1 < c.n_kv_heads < c.n_heads for c in cs) and any(c.n_kv_heads == 1 < c.n_heads for c in cs)
+    assert any(c.head_dim * c.n_heads < c.d_model for c in cs)                 # below d/H
+    assert any(c.d_model < c.head_dim * c.n_heads and c.head_dim <= c.d_model for c in cs)
+    assert any(c.head_dim > c.d_model for c in cs) and any(c.value_dim > c.d_model for c in cs)
+    assert any(c.value_dim != c.head_dim for c in cs)
+    assert any(c.rotary_dim == c.head_dim for c in cs) and any(0 < c.rotary_dim < c.head_dim for c in cs)
+    assert any(c.rotary_dim and c.has_bias("k") for c in cs)
+    assert {c.rope_base for c in cs if c.rotary_dim} >= {1.0, 100.0, 10000.0, 500000.0}
+
+
+@pytest.mark.parametrize("kw", GRID, ids=[_id(kw) for kw in GRID])
+def test_count_equals_measured_rank(kw):
+    config = AttentionConfig(**kw)
+    c = count(config)
+    m = measure(config, seed=0)
+    assert m.certified, m.describe()
+    assert m.gap >= CERTIFY_GAP
+    assert c.total == n_params(config) == m.n_params
+    assert m.rank == c.identified, (m.describe(), c.to_dict())
+    assert c.unidentified == m.unidentified
+
+
+@pytest.mark.parametrize("kw", [GRID[5], GRID[20], GRID[41], GRID[-1]], ids=_id)
+def test_count_equals_measured_rank_other_seed(kw):
+    config = AttentionConfig(**kw)
+    m = measure(config, seed=7)
+    assert m.certified and m.rank == count(config).identified
+
+
+@pytest.mark.parametrize("freqs, pass_dims, expect", [
+    ([math.pi], 0, 4),              # eigenvalue -1 on one plane: GL(2), 2^2 = 4 (nu_- = 2)
+    ([0.5, 0.5], 0, 8),             # one frequency twice: GL(2, C), 2 * 2^2 = 8
+    ([0.5, 0.7], 2, 2 + 2 + 4),     # two distinct planes (2 each) + GL(2) on the pass dims
+])
+def test_repeated_and_special_frequencies(freqs, pass_dims, expect):
+    """Measured with the same frequencies the count uses (chapter 4's conditions)."""
+    f = torch.tensor(freqs, dtype=torch.float64)
+    assert rope_commutant_dim(f, pass_dims) == expect
+    k = 2 * len(freqs) + pass_dims
+    config = AttentionConfig(d_model=k, head_dim=k, rope_fraction=2 * len(freqs) / k)
+    c = count(config, frequencies=f)
+    assert c.component("qk").unidentified == expect
+    m = measure(config, seed=0, frequencies=f)
+    assert m.certified and m.rank == c.identified
+
+
+# -- closed-form values ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("d", [1, 2, 3, 8, 64, 768])
+def test_single_head_full_width_is_half_unidentified(d):
+    c = count(AttentionConfig(d_model=d))
+    assert (c.total, c.unidentified) == (4 * d * d, 2 * d * d)
+    assert c.ratio == 0.5
+
+
+@pytest.mark.parametrize("d, H", [(12, 1), (12, 2), (12, 3), (12, 4), (12, 6), (12, 12), (768, 12),
+                                  (4096, 32)])
+def test_mha_ratio_is_one_over_2h(d, H):
+    c = count(AttentionConfig(d_model=d, n_heads=H))
+    assert Fraction(c.unidentified, c.total) == Fraction(1, 2 * H)
+    assert c.ratio == unidentified_ratio_mha(H) == 1 / (2 * H)
+    assert c.unidentified == 2 * d * d // H and c.total == 4 * d * d
+
+
+def test_never_fully_identified():
+    """C3: every head keeps at least its k^2 + v^2 moves."""
+    for d, H in [(6, 6), (12, 12), (8, 8)]:
+        c = count(AttentionConfig(d_model=d, n_heads=H))
+        assert c.unidentified == 2 * H > 0                    # a scaling per head, QK and VO
+
+
+def test_gpt2_count_by_hand():
+    """GPT-2 small attention: d=768, H=12, k=v=64, biases qkvo, no RoPE."""
+    c = count(AttentionConfig(d_model=768, n_heads=12, bias="qkvo", causal=True))
+    assert c.component("qk").unidentified == 12 * 64 ** 2
+    assert c.component("vo").unidentified == 12 * 64 ** 2
+    assert c.component("b_Q").unidentified == 0
+    assert c.component("b_K").unidentified == 768            # the whole key bias
+    assert c.component("b_V").unidentified == 768            # folds into b_O
+    assert c.component("b_O").unidentified == 0
+    assert c.total == 4 * 768 ** 2 + 4 * 768
+    assert c.unidentified == 2 * 12 * 64 ** 2 + 2 * 768
+
+
+def test_llama3_8b_count_by_hand():
+    """d=4096, H=32, G=8, k=v=128, full RoPE (64 distinct frequencies), no biases."""
+    c = count(AttentionConfig(d_model=4096, n_heads=32, n_kv_heads=8, rope_fraction=1.0,
+                              rope_base=500000.0))
+    assert c.component("qk").total == (32 + 8) * 4096 * 128
+    assert c.component("qk").unidentified == 8 * 64 * 2      # per group: 64 planes, C* each
+    assert c.component("vo").unidentified == 8 * 128 ** 2    # per group: GL(128)
+    assert c.unidentified == 8 * 128 + 8 * 128 ** 2
+
+
+def test_value_bias_without_output_bias():
+    """b_V adds the constant sum_h b_V^g W_O^h: identified in min(d, G v) directions."""
+    c = count(AttentionConfig(d_model=4, n_heads=2, n_kv_heads=2, bias="v"))
+    assert c.component("b_V").unidentified == 0              # G v = 4 = d
+    c = count(AttentionConfig(d_model=3, n_heads=2, head_dim=3, bias="v"))
+    assert c.component("b_V").unidentified == 2 * 3 - 3      # G v = 6 > d = 3
+    c = count(AttentionConfig(d_model=6, n_heads=2, bias="vo"))
+    assert c.component("b_V").unidentified == 6
+
+
+def test_factor_fiber_cases():
+    assert factor_fiber(8, 8, 4, 1) == 16                    # k <= b: GL(k)
+    assert factor_fiber(8, 8, 4, 3) == 16                    # shared by a group
+    assert factor_fiber(2, 8, 4, 1) == 2 * 4 + 2 * 8         # L sees only s = 2 directions
+    assert factor_fiber(3, 3, 5, 1) == 3 * 5 + 3 * 2         # k > b
+
+
+def test_rotation_classes():
+    mults, plus, minus = rotation_classes([0.5, 0.5, 1.0, 0.0, math.pi], pass_dims=3)
+    assert sorted(mults) == [1, 2] and plus == 3 + 2 and minus == 2
+
+
+def test_count_components_and_dict():
+    config = AttentionConfig(d_model=6, n_heads=2, n_kv_heads=1, bias="qkvo")
+    c = count(config)
+    assert [x.name for x in c.components] == ["qk", "vo", "b_Q", "b_K", "b_V", "b_O"]
+    d = c.to_dict()
+    assert set(d) >= {"total", "identified", "unidentified", "ratio", "components"}
+    assert sum(v["total"] for v in d["components"].values()) == d["total"]
+    assert all(v["identified"] + v["unidentified"] == v["total"] for v in d["components"].values())
+    assert count(AttentionConfig(d_model=6, n_heads=2)).to_dict()["components"].keys() == {"qk", "vo"}
+
+
+def test_rank_from_singular_values():
+    sv = torch.tensor([3.0, 2.0, 1.0, 1e-15, 1e-17], dtype=torch.float64)
+    rank, gap = rank_from_singular_values(sv, (10, 5))   # tolerance 3 * 10 * eps = 6.7e-15
+    assert rank == 3 and gap == pytest.approx(1e15)
+    assert rank_from_singular_values(torch.tensor([2.0, 1.0], dtype=torch.float64), (4, 2)) == (2, math.inf)
+    assert rank_from_singular_values(torch.zeros(3, dtype=torch.float64), (3, 3)) == (0, math.inf)
