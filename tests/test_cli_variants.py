@@ -29,10 +29,10 @@ def _run(*args):
     (["--layers", "2", "--kv-share", "2"], dict(n_layers=2, kv_share=2)),
 ], ids=str)
 def test_variant_flags_reach_the_config_and_verify_agrees(flags, fields):
-    rc, out, err = _run("verify", "--d-model", "6", "--heads", "2", *flags, "--json")
+    rc, out, err = _run("verify", "--d-model", "8", "--heads", "2", *flags, "--json")
     assert rc == 0, err
     report = json.loads(out)
-    expected = count(AttentionConfig(d_model=6, n_heads=2, **fields))
+    expected = count(AttentionConfig(d_model=8, n_heads=2, **fields))
     assert report["unidentified"] == expected.unidentified
     assert report["agrees"] and report["numerical"]["unidentified"] == expected.unidentified
     assert all(report["config"][k] == v for k, v in fields.items())
