@@ -256,6 +256,8 @@ def _load_json(source: str | Path | dict[str, Any]) -> tuple[Any, str]:
         text = path.read_text()
     except OSError as e:
         raise ConfigError(f"config file {str(path)!r}: cannot be read ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path.name!r}: not UTF-8 text") from None
     try:
         return json.loads(text), path.name
     except json.JSONDecodeError as e:

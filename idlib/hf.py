@@ -30,6 +30,20 @@ DEFAULT_BIAS = {"gpt2": "qkvo", "bert": "qkvo", "roberta": "qkvo", "distilbert":
                 "qwen2": "qkv", "qwen2_moe": "qkv", "gptj": "", "falcon": ""}
 
 
+def _number(data: dict[str, Any], name: str, keys: tuple[str, ...], default: float) -> float:
+    value = _get(data, *keys, default=default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        key = next((k for k in keys if k in data), keys[0])
+        raise ConfigError(f"{name}: field {key!r}={value!r} must be a number")
+    return float(value)
+
+
+def _flag(data: dict[str, Any], name: str, key: str) -> bool:
+    if not isinstance(data[key], bool):
+        raise ConfigError(f"{name}: field {key!r}={data[key]!r} must be true or false")
+    return data[key]
+
+
 def _get(data: dict[str, Any], *keys: str, default: Any = None) -> Any:
     for k in keys:
         if k in data and data[k] is not None:
@@ -67,6 +81,8 @@ def attention_fields_from_hf(data: Any, name: str = "config", approximate: bool 
         raise ConfigError(f"{name}: a Hugging Face config must be a JSON object")
     if "text_config" in data and "hidden_size" not in data:
         data = data["text_config"]
+        if not isinstance(data, dict):
+            raise ConfigError(f"{name}: field 'text_config' must be a JSON object")
     model_type = str(data.get("model_type", "")).lower()
     if approximate and approximation_note(data) is not None:
         return _approximate_fields(data, model_type, name)
@@ -101,19 +117,20 @@ def attention_fields_from_hf(data: Any, name: str = "config", approximate: bool 
     else:
         raise ConfigError(f"{name}: cannot tell whether the model uses rotary or learned positions "
                           "(set 'model_type', 'rope_theta' or 'position_embedding_type')")
-    rope_fraction = float(_get(data, "partial_rotary_factor", "rotary_pct", default=1.0)) if rotary else 0.0
-    rope_base = float(_get(data, "rope_theta", "rotary_emb_base", default=10000.0))
+    rope_fraction = (_number(data, name, ("partial_rotary_factor", "rotary_pct"), 1.0)
+                     if rotary else 0.0)
+    rope_base = _number(data, name, ("rope_theta", "rotary_emb_base"), 10000.0)
 
     if "attention_bias" in data:
-        bias = "qkvo" if data["attention_bias"] else ""
-        if data.get("qkv_bias"):
+        bias = "qkvo" if _flag(data, name, "attention_bias") else ""
+        if "qkv_bias" in data and _flag(data, name, "qkv_bias"):
             bias = "qkv" + ("o" if data["attention_bias"] else "")
     elif "qkv_bias" in data:
-        bias = "qkv" if data["qkv_bias"] else ""
+        bias = "qkv" if _flag(data, name, "qkv_bias") else ""
     elif "bias" in data and isinstance(data["bias"], bool):
         bias = "qkvo" if data["bias"] else ""
     elif "use_bias" in data:
-        bias = "qkvo" if data["use_bias"] else ""
+        bias = "qkvo" if _flag(data, name, "use_bias") else ""
     else:
         bias = DEFAULT_BIAS.get(model_type, "")
     causal = model_type not in ENCODERS

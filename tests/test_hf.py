@@ -92,3 +92,24 @@ def test_refusals(name, message):
 def test_hf_values_are_validated(data, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         AttentionConfig.from_hf(data)
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2,
+      "partial_rotary_factor": "abc"}, "field 'partial_rotary_factor'='abc' must be a number"),
+    ({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "rope_theta": "x"},
+     "field 'rope_theta'='x' must be a number"),
+    ({"text_config": 5}, "field 'text_config' must be a JSON object"),
+    ({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "attention_bias": "yes"},
+     "field 'attention_bias'='yes' must be true or false"),
+], ids=str)
+def test_malformed_hf_fields_are_refused_by_name(data, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        AttentionConfig.from_hf(data)
+
+
+def test_non_utf8_config_file_is_refused(tmp_path):
+    path = tmp_path / "latin1.json"
+    path.write_bytes(b'{"d_model": 8, "bias": "\xe9"}')
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        AttentionConfig.from_file(path)
