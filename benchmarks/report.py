@@ -118,8 +118,8 @@ def benchmark_md(path: Path) -> str:
         f"{_gap(fast['gap'])} (lower bound) | {'yes' if fast['certified'] else 'no'} |", "",
         f"Speed-up **{s['speedup']:.1f}x** (target at least {t['speedup_min']:g}x); same rank: "
         f"{'yes' if s['same_rank'] else 'NO'}. The straightforward route's gap is "
-        "sigma_r / sigma_(r+1) from the singular values that `matrix_rank` thresholds (computed "
-        "once more, not timed); idlib's is its certified lower bound for the same ratio.", "",
+        "sigma_r / max(sigma_(r+1), tau) from the singular values that `matrix_rank` thresholds at tau "
+        "(computed once more, not timed); idlib's is its certified lower bound for the same ratio.", "",
         f"**{L['n_params']:,} parameters**: `{L['command']}` took **{L['seconds']:.1f} s** wall "
         f"(target {t['large_seconds_max']:g} s) and at most **{L['max_rss_gb']:.2f} GB** resident "
         f"(target {t['large_memory_gb_max']:g} GB); rank {L['rank']:,} of {L['n_params']:,}, "

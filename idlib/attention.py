@@ -28,7 +28,7 @@ Params = dict[str, torch.Tensor]
 # eps of every RMS normalisation.  0 (exact): the normalised vector is then invariant under a
 # positive rescaling of its input, the symmetry every QK-norm / latent-norm count uses.  Models
 # use eps ~ 1e-6; that breaks the rescaling only at relative order eps / mean(y^2), a
-# near-symmetry that a Jacobian rank (with its 1e6 gap rule) cannot tell from an exact one.
+# near-symmetry that a Jacobian rank (with its gap rule) cannot tell from an exact one.
 NORM_EPS = 0.0
 
 

@@ -37,8 +37,9 @@ JSON output (--json): one object with total, identified, unidentified (integers)
 (unidentified / total, a float), components (name -> total / identified / unidentified) and
 config (the resolved AttentionConfig fields). verify adds seed, numerical {identified,
 unidentified, rank, n_params, n_rows, gap, log10_gap, certified, seed, attempts} and agrees.
-gap is sigma_r / sigma_(r+1) at the rank cut; it is null when infinite (no nonzero singular
-value below the cut), and log10_gap is then null too. A rank is certified when gap >= 1e6.
+gap is sigma_r / max(sigma_(r+1), tau) at the rank cut, tau = sigma_1 max(rows, P) eps the
+round-off tolerance (a lower bound on it for the structured route); it is null when infinite
+(a zero Jacobian), and log10_gap is then null too. A rank is certified when gap >= 1e4.
 An uncertified measurement is repeated at the next seed, up to --attempts measurements in
 all (one certified generic point fixes the generic rank); numerical.seed is the seed of the
 reported measurement and numerical.attempts lists every try {seed, qk_scale, rank, gap,
@@ -240,9 +241,10 @@ def _scale_note(attempt: dict[str, Any]) -> str:
 
 
 def format_verify(report: dict[str, Any]) -> str:
+    from .rank import CERTIFY_GAP
     n = report["numerical"]
     gap = "inf" if n["gap"] is None else f"{n['gap']:.3e}"
-    status = "certified" if n["certified"] else "NOT certified (gap < 1e6)"
+    status = "certified" if n["certified"] else f"NOT certified (gap < {CERTIFY_GAP:g})"
     verdict = "AGREES" if report["agrees"] else "DISAGREES"
     return "\n".join([
         format_count(report), "",

@@ -4,7 +4,8 @@ split the rest by key/value group, and certify the cut on the full Jacobian itse
 The dense route (:func:`idlib.rank.measure` with ``method="dense"``) forms the whole Jacobian
 J (m x P, m = B n d rows for B sequences of n tokens) and takes all its singular values: about
 4 m P^2 flops, ~10^13 at P = 16,384.  This module uses the layer's structure to decide the rank
-from H small problems, and then certifies the gap sigma_r / sigma_{r+1} *of J* with two bounds
+from H small problems, and then certifies the gap sigma_r / max(sigma_{r+1}, tau) *of J*
+(tau the round-off tolerance, :mod:`idlib.rank`) with bounds
 that are computed on J (not on the reduced problems) and hold for any outcome.
 
 **Structure.**  Stack the per-head outputs before the output projection as
@@ -48,10 +49,13 @@ biases).  In vec form, J = [(W^T (x) I) J_Z, I_d (x) Z'].  Two facts make it sma
   and minimising a^2 p^2 + (s y - b p)_+^2 over p^2 + y^2 = 1 gives
   sigma_r(J) >= a s / sqrt(a^2 + b^2 + s^2).
 
-So ``gap`` = [a s / sqrt(a^2 + b^2 + s^2)] / ||J V||_2 is a lower bound on the true
-sigma_r / sigma_{r+1} of J, and the rank is certified when it is at least 1e6.  Nothing in the
-two bounds assumes the reduction is valid: if W were rank deficient or Z' ill conditioned, a or
-s would be ~0 and the bound would (correctly) fail to certify.  The bounds are exact up to
+* Tolerance.  ||J||_2 <= ||W||_2 max_g ||J_Z^g||_2 + ||Z'||_2 and ||J_Z^g||_2 <= (||Q^T J_Z^g||^2 +
+  ||K_g||^2)^(1/2), so tau' = (that bound) max(m, P) eps is at least the tolerance tau of J.
+
+So ``gap`` = [a s / sqrt(a^2 + b^2 + s^2)] / max(||J V||_2, tau') is a lower bound on
+sigma_r / max(sigma_{r+1}, tau) of J, and the rank is certified when it is at least 1e4.
+Nothing in the bounds assumes the reduction is valid: if W were
+rank deficient or Z' ill conditioned, a or s would be ~0 and the bound would (correctly) fail to certify.  The bounds are exact up to
 float64 rounding in computing them (relative ~1e-13 here), all singular values are taken by SVD
 of the matrices themselves (no Gram matrices, so small singular values are accurate to
 ~eps ||.||, not sqrt(eps) ||.||).
@@ -91,7 +95,7 @@ class StructuredRank:
     rank: int
     n_params: int
     n_rows: int
-    gap: float                      # lower bound on sigma_r(J) / sigma_{r+1}(J)
+    gap: float                      # lower bound on sigma_r(J) / max(sigma_{r+1}(J), tau)
     sigma_r_lower: float            # lower bound on sigma_r(J)
     sigma_next_upper: float         # ||J V||_2 >= sigma_{r+1}(J)  (0 when u = 0)
     kernel_singular_values: torch.Tensor   # sigma_i(J V), upper bounds on J's u smallest
@@ -246,7 +250,7 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
         if not torch.allclose(Zmat @ Wp, out, rtol=1e-12, atol=1e-12 * out.abs().max().item()):
             raise StructureError("the layer's output is not (head outputs) @ W_O + b_O")
 
-    ranks, gaps, kernels, sig_r, norm_M = [], [], [], [], []
+    ranks, gaps, kernels, sig_r, norm_M, norm_JZ = [], [], [], [], [], []
     u = 0
     lifted_cols = []
     for g in range(G):
@@ -270,6 +274,7 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
             Kmat = torch.linalg.qr(Kmat, mode="r")[1]
         _, S, Vh = torch.linalg.svd(Kmat, full_matrices=Kmat.shape[0] < Kmat.shape[1])
         r_g, gap_g = _cut(S, (K.shape[0] * K.shape[1], K.shape[2]))
+        norm_JZ.append(math.hypot(norm_M[-1], S[0].item() if S.numel() else 0.0))
         ranks.append(r_g)
         gaps.append(gap_g)
         if r_g > 0:
@@ -301,6 +306,8 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
     else:
         sigma_r_lower = a * s / math.sqrt(a * a + b * b + s * s) if (a > 0 and s > 0) else 0.0
 
+    from .rank import roundoff_tolerance
+    tau = roundoff_tolerance(s_W.max().item() * max(norm_JZ) + s_Z.max().item(), (B * n * d, P))
     if u:
         V, _ = torch.linalg.qr(torch.cat(lifted_cols, dim=1))            # (P, u) orthonormal
 
@@ -313,15 +320,14 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
         R = torch.linalg.qr(JV, mode="r")[1] if JV.shape[0] > JV.shape[1] else JV
         kernel_sv = torch.linalg.svdvals(R)
         sigma_next = kernel_sv.max().item()
-        gap = sigma_r_lower / sigma_next if sigma_next > 0 else math.inf
     else:
         kernel_sv = torch.zeros(0, dtype=DTYPE)
         sigma_next = 0.0
-        gap = math.inf
+    gap = sigma_r_lower / max(sigma_next, tau)
     factors = {"a": a, "b": b, "s": s, "sigma_min_W": s_min_W, "sigma_max_W": s_W.max().item(),
                "sigma_min_Z": s, "sigma_max_Z": s_Z.max().item(),
                "min_block_sigma_r": min(sig_r) if sig_r else math.inf,
-               "max_norm_QtJZ": max(norm_M)}
+               "max_norm_QtJZ": max(norm_M), "tolerance_upper": tau}
     return StructuredRank(rank=rank, n_params=P, n_rows=B * n * d, gap=gap,
                           sigma_r_lower=sigma_r_lower, sigma_next_upper=sigma_next,
                           kernel_singular_values=kernel_sv, block_ranks=tuple(ranks),

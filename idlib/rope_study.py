@@ -37,14 +37,20 @@ def random_gl(k: int, seed: int, scale: float = 0.5) -> torch.Tensor:
 
 
 def random_commutant(R: torch.Tensor, seed: int, scale: float = 0.5) -> torch.Tensor:
-    """exp(sum_i c_i E_i), E_i a basis of {E : E R = R E}, c_i ~ scale N(0, 1) / sqrt(k).
+    """exp(scale / sqrt(k) Pi(G)), G a seeded k x k Gaussian and Pi the orthogonal projector
+    onto the commutant {E : E R = R E}.
 
-    The exponential of an element of the commutant algebra commutes with R and is invertible.
+    Pi(G) has the law of sum_i c_i E_i (c_i ~ N(0, 1), E_i an orthonormal basis), but does not
+    depend on which basis the SVD returns (that choice changes with the CPU), so the same seed
+    gives the same matrix everywhere.  The exponential of an element of the commutant algebra
+    commutes with R and is invertible.
     """
-    basis = commutant_basis(R)
+    k = R.shape[0]
+    basis = commutant_basis(R).reshape(-1, k * k)             # orthonormal rows
     gen = torch.Generator().manual_seed(seed)
-    c = scale * torch.randn(basis.shape[0], generator=gen, dtype=DTYPE) / math.sqrt(R.shape[0])
-    return torch.linalg.matrix_exp(torch.einsum("c,cij->ij", c, basis))
+    G = torch.randn(k * k, generator=gen, dtype=DTYPE)
+    E = (basis.T @ (basis @ G)).reshape(k, k)
+    return torch.linalg.matrix_exp(scale * E / math.sqrt(k))
 
 
 def act_qk(config: AttentionConfig, params: Params, A_heads: list[torch.Tensor],

@@ -4,10 +4,10 @@
 ``comparison_table`` formats a list of comparisons as a Markdown table (shown in a notebook
 with ``display(Markdown(...))``); ``summary`` says in one line how many agree.
 
-Printed text must be identical from one execution to the next (nbval compares it), so the
-gap is printed through ``format_gap``: beyond ``GAP_SHOWN`` the smaller singular value of the
-gap is round-off, whose last digits depend on the BLAS kernels and thread count, and the gap
-is printed as a bound (``> 1e8``) instead of digits that would change from machine to machine.
+Printed text must be identical from one execution to the next, on any CPU (nbval compares
+it), so the gap is printed through ``format_gap`` (its decade) and a difference that should be
+zero through ``format_roundoff``: its digits are round-off, which changes with the CPU and the
+BLAS kernels, so only the fact that it is below ``ROUNDOFF_SHOWN`` is printed.
 """
 from __future__ import annotations
 
@@ -22,6 +22,16 @@ from .config import AttentionConfig
 from .counting import count
 from .rank import CERTIFY_GAP, GAP_SHOWN, format_gap, measure
 
+ROUNDOFF_SHOWN = 1e-12
+
+
+def format_roundoff(x: float, digits: int = 1) -> str:
+    """'< 1e-12' for a (relative) difference at round-off level, else x in ``digits`` + 1 digits.
+
+    float64 round-off in these layers is ~1e-16 to 1e-14; its digits differ from one CPU to
+    another, the fact that it is below 1e-12 does not.
+    """
+    return f"< {ROUNDOFF_SHOWN:.0e}" if abs(x) < ROUNDOFF_SHOWN else f"{x:.{digits}e}"
 
 
 @dataclass(frozen=True)
@@ -32,7 +42,7 @@ class Comparison:
     total: int
     closed_form: int          # identified parameters, closed form (count(config).identified)
     measured: int             # measured Jacobian rank
-    gap: float                # sigma_r / sigma_{r+1} at the measured rank
+    gap: float                # sigma_r / max(sigma_{r+1}, tau) at the measured rank
     certified: bool           # gap >= CERTIFY_GAP
 
     @property

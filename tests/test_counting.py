@@ -196,8 +196,11 @@ def test_count_components_and_dict():
 
 
 def test_rank_from_singular_values():
+    eps = torch.finfo(torch.float64).eps
     sv = torch.tensor([3.0, 2.0, 1.0, 1e-15, 1e-17], dtype=torch.float64)
-    rank, gap = rank_from_singular_values(sv, (10, 5))   # tolerance 3 * 10 * eps = 6.7e-15
-    assert rank == 3 and gap == pytest.approx(1e15)
-    assert rank_from_singular_values(torch.tensor([2.0, 1.0], dtype=torch.float64), (4, 2)) == (2, math.inf)
+    rank, gap = rank_from_singular_values(sv, (10, 5))   # tolerance tau = 3 * 10 * eps = 6.7e-15
+    # sigma_4 = 1e-15 lies below tau, so the gap is sigma_3 / tau, not sigma_3 / sigma_4.
+    assert rank == 3 and gap == pytest.approx(1.0 / (3 * 10 * eps))
+    rank, gap = rank_from_singular_values(torch.tensor([2.0, 1.0], dtype=torch.float64), (4, 2))
+    assert rank == 2 and gap == pytest.approx(1.0 / (2 * 4 * eps))   # full rank: sigma_r / tau
     assert rank_from_singular_values(torch.zeros(3, dtype=torch.float64), (3, 3)) == (0, math.inf)
