@@ -40,19 +40,26 @@ biases).  In vec form, J = [(W^T (x) I) J_Z, I_d (x) Z'].  Two facts make it sma
   sigma_{r+1}(J) <= ||J V||_2, and more generally sigma_{r+i}(J) <= sigma_i(J V).
 * Lower bound.  Let S = (row space of K_1) (+) ... (+) (row space of K_G) (+) R^{P_O} (all output
   parameters), dim S = r.  By Courant--Fischer sigma_r(J) >= min_{x in S} ||J x|| / ||x||.
-  Splitting ||J x||^2 = ||Pi delta Z W||^2 + ||Q^T delta Z W + R delta W'||^2 for x = (p, y),
+  For x = (p, y) (y = delta W') write y' = y + L p with L p = R^{-1} Q^T delta Z(p) W, the
+  output change that least squares would absorb.  Then
+  ||J x||^2 = ||Pi delta Z W||^2 + ||R y'||^2 >= a^2 ||p||^2 + s^2 ||y'||^2, with
 
-      ||Pi delta Z W|| >= a ||p||,       a = sigma_min(W) * min_g sigma_{r_g}(K_g),
-      ||Q^T delta Z W + R Y|| >= s ||y|| - b ||p||,  s = sigma_min(Z'),
-                                         b = ||W||_2 * max_g ||(I (x) Q^T) J_Z^g||_2,
+      a = sigma_min(W) * min_g sigma_{r_g}(K_g),   s = sigma_min(Z') = sigma_min(R),
+      ell = ||W||_2 * max_g ||(I (x) R^{-1} Q^T) J_Z^g||_2  >=  ||L||
 
-  and minimising a^2 p^2 + (s y - b p)_+^2 over p^2 + y^2 = 1 gives
-  sigma_r(J) >= a s / sqrt(a^2 + b^2 + s^2).
+  (or sqrt(sum_g ||W_g||^2 ||(I (x) R^{-1} Q^T) J_Z^g||^2), W_g group g's rows, if smaller),
+  while ||x||^2 <= ||p||^2 + (||y'|| + ell ||p||)^2.  Cauchy--Schwarz on the last term gives
+  ||x||^2 <= (a^2 ||p||^2 + s^2 ||y'||^2) ((1 + ell^2) / a^2 + 1 / s^2), so
+
+      sigma_r(J) >= 1 / sqrt((1 + ell^2) / a^2 + 1 / s^2).
+
+  (With ell <= b / s, b = ||W||_2 max_g ||(I (x) Q^T) J_Z^g||_2, this is at least the cruder
+  a s / sqrt(a^2 + b^2 + s^2).)
 
 * Tolerance.  ||J||_2 <= ||W||_2 max_g ||J_Z^g||_2 + ||Z'||_2 and ||J_Z^g||_2 <= (||Q^T J_Z^g||^2 +
   ||K_g||^2)^(1/2), so tau' = (that bound) max(m, P) eps is at least the tolerance tau of J.
 
-So ``gap`` = [a s / sqrt(a^2 + b^2 + s^2)] / max(||J V||_2, tau') is a lower bound on
+So ``gap`` = [that lower bound on sigma_r] / max(||J V||_2, tau') is a lower bound on
 sigma_r / max(sigma_{r+1}, tau) of J, and the rank is certified when it is at least 1e4.
 Nothing in the bounds assumes the reduction is valid: if W were
 rank deficient or Z' ill conditioned, a or s would be ~0 and the bound would (correctly) fail to certify.  The bounds are exact up to
@@ -63,11 +70,10 @@ of the matrices themselves (no Gram matrices, so small singular values are accur
 **Cost** at d = 64, H = 8 (P = 16,384; 7 sequences of 66 tokens, 29,568 rows): the blocks
 J_Z^g by forward mode (1,536 tangents per head through a one-head forward; value tangents
 skip the softmax), 8 SVDs of 1,536 x 1,536 triangles (after a QR of each projected block), and
-J V for u = 1,024 directions.  Measured on one core of the 2-core machine: about 90 s of CPU
-time in all (of which ~5 s is torch's one-off lazy import on the first forward-mode call),
-against ~4 x 30,000 x 16,384^2 = 3 x 10^13 flops (hours) for the dense SVD; at P = 4,096 about
-4.5 s.  Memory: J_Z^g one group at a time (~50 MB) and J V (~0.25 GB), peak ~2 GB resident;
-J itself is never formed.
+J V for u = 1,024 directions: about a minute on 2 cores (``make bench`` records the figures in
+benchmarks/results/rank_speed.json), against ~4 x 30,000 x 16,384^2 = 3 x 10^13 flops (hours)
+for the dense SVD; a few seconds at P = 4,096.  Memory: J_Z^g one group at a time (~50 MB) and
+J V (~0.25 GB), peak ~2 GB resident; J itself is never formed.
 """
 from __future__ import annotations
 
@@ -250,7 +256,7 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
         if not torch.allclose(Zmat @ Wp, out, rtol=1e-12, atol=1e-12 * out.abs().max().item()):
             raise StructureError("the layer's output is not (head outputs) @ W_O + b_O")
 
-    ranks, gaps, kernels, sig_r, norm_M, norm_JZ = [], [], [], [], [], []
+    ranks, gaps, kernels, sig_r, norm_M, norm_L, norm_JZ = [], [], [], [], [], [], []
     u = 0
     lifted_cols = []
     for g in range(G):
@@ -270,6 +276,9 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
         K = T - torch.einsum("rc,cjp->rjp", Qz, M)                       # Pi delta Z
         Kmat = K.reshape(-1, K.shape[-1])
         norm_M.append(torch.linalg.matrix_norm(M.reshape(-1, M.shape[-1]), ord=2).item())
+        Lg = torch.linalg.solve_triangular(Rz, M.reshape(c, -1), upper=True)   # R^{-1} Q^T delta Z
+        norm_L.append(torch.linalg.matrix_norm(Lg.reshape(-1, M.shape[-1]), ord=2).item())
+        del Lg
         if Kmat.shape[0] > Kmat.shape[1]:       # same singular values and right vectors as K_g
             Kmat = torch.linalg.qr(Kmat, mode="r")[1]
         _, S, Vh = torch.linalg.svd(Kmat, full_matrices=Kmat.shape[0] < Kmat.shape[1])
@@ -301,10 +310,14 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
     a = s_min_W * (min(sig_r) if sig_r else math.inf)
     b = s_W.max().item() * max(norm_M)
     s = s_Z.min().item()
+    norm_Wg = [torch.linalg.matrix_norm(W[g * m * v:(g + 1) * m * v], ord=2).item() for g in range(G)]
+    ell = min(s_W.max().item() * max(norm_L), math.hypot(*(x * y for x, y in zip(norm_L, norm_Wg))))
     if math.isinf(a):           # every K_g is zero: S = output parameters only
         sigma_r_lower = s
+    elif a > 0 and s > 0:       # 1 / sqrt((1 + ell^2) / a^2 + 1 / s^2), see the module docstring
+        sigma_r_lower = 1.0 / math.sqrt((1.0 + ell * ell) / (a * a) + 1.0 / (s * s))
     else:
-        sigma_r_lower = a * s / math.sqrt(a * a + b * b + s * s) if (a > 0 and s > 0) else 0.0
+        sigma_r_lower = 0.0
 
     from .rank import roundoff_tolerance
     tau = roundoff_tolerance(s_W.max().item() * max(norm_JZ) + s_Z.max().item(), (B * n * d, P))
@@ -327,7 +340,7 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
     factors = {"a": a, "b": b, "s": s, "sigma_min_W": s_min_W, "sigma_max_W": s_W.max().item(),
                "sigma_min_Z": s, "sigma_max_Z": s_Z.max().item(),
                "min_block_sigma_r": min(sig_r) if sig_r else math.inf,
-               "max_norm_QtJZ": max(norm_M), "tolerance_upper": tau}
+               "max_norm_QtJZ": max(norm_M), "ell": ell, "tolerance_upper": tau}
     return StructuredRank(rank=rank, n_params=P, n_rows=B * n * d, gap=gap,
                           sigma_r_lower=sigma_r_lower, sigma_next_upper=sigma_next,
                           kernel_singular_values=kernel_sv, block_ranks=tuple(ranks),

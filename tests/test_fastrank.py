@@ -93,6 +93,9 @@ def test_measure_routes_agree_and_auto_keeps_small_layers_dense():
     assert 0 < tau < s.sigma_r_lower / CERTIFY_GAP
     assert math.isclose(fast.gap, s.sigma_r_lower / max(s.sigma_next_upper, tau))
     assert fast.gap <= (fast.singular_values[0] / fast.singular_values[1]).item() * (1 + 1e-12)
+    # the lower bound on sigma_r is at least the cruder a s / sqrt(a^2 + b^2 + s^2)
+    a, b, sz = (s.factors[k] for k in ("a", "b", "s"))
+    assert s.sigma_r_lower >= a * sz / math.sqrt(a * a + b * b + sz * sz) * (1 - 1e-12)
 
 
 def test_auto_uses_the_structured_route_above_the_threshold():
