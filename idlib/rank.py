@@ -32,6 +32,7 @@ from .attention import flatten, forward, init_params, n_params, random_inputs, u
 from .config import AttentionConfig
 
 CERTIFY_GAP = 1e4
+CERTIFY_GAP_TEXT = f"1e{round(math.log10(CERTIFY_GAP))}"   # "1e4", as the book prints it
 AUTO_DENSE_MAX_PARAMS = 2048     # "auto": dense (full spectrum) up to here, structured above
 DENSE_FALLBACK_MAX_PARAMS = 6000  # "auto" never falls back to the dense SVD above this size
 METHODS = ("auto", "dense", "structured")

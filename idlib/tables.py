@@ -20,7 +20,7 @@ import torch
 
 from .config import AttentionConfig
 from .counting import count
-from .rank import CERTIFY_GAP, GAP_SHOWN, format_gap, measure
+from .rank import CERTIFY_GAP, CERTIFY_GAP_TEXT, GAP_SHOWN, format_gap, measure  # noqa: F401 (re-exported)
 
 ROUNDOFF_SHOWN = 1e-12
 
@@ -125,4 +125,4 @@ def summary(comparisons: Sequence[Comparison]) -> str:
     finite = [c.gap for c in comparisons if not math.isinf(c.gap)]
     smallest = format_gap(min(finite)) if finite else "inf"
     return (f"{agree} of {n} configurations: measured rank = closed form; "
-            f"{certified} of {n} certified (gap >= {CERTIFY_GAP:.0e}); smallest gap {smallest}")
+            f"{certified} of {n} certified (gap >= {CERTIFY_GAP_TEXT}); smallest gap {smallest}")

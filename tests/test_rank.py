@@ -7,10 +7,10 @@ import torch
 
 from idlib import AttentionConfig, count
 from idlib import rope_study as rs
-from idlib.rank import (CERTIFY_GAP, format_gap, measure, rank_from_singular_values,
+from idlib.rank import (CERTIFY_GAP, CERTIFY_GAP_TEXT, format_gap, measure, rank_from_singular_values,
                         roundoff_tolerance)
 from idlib.symmetry import rotation_matrix
-from idlib.tables import format_roundoff
+from idlib.tables import compare, format_roundoff, summary
 
 EPS = torch.finfo(torch.float64).eps
 
@@ -63,6 +63,14 @@ def test_format_gap_and_roundoff():
     assert format_roundoff(-3.4e-15) == "< 1e-12"
     assert format_roundoff(2.5e-3) == "2.5e-03"
     assert format_roundoff(2.5e-3, digits=2) == "2.50e-03"
+    assert CERTIFY_GAP_TEXT == "1e4"
+
+
+def test_summary_line_names_the_threshold_and_counts():
+    comparisons = [compare(AttentionConfig(4, 2)), compare(AttentionConfig(4, 1, bias="qkvo"))]
+    line = summary(comparisons)
+    assert line.startswith("2 of 2 configurations: measured rank = closed form; 2 of 2 certified")
+    assert "(gap >= 1e4)" in line
 
 
 def test_measurement_gap_does_not_depend_on_thread_count():
