@@ -110,7 +110,7 @@ def figures(result: dict, sv: torch.Tensor, out: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from idlib.plotting import COLORS, style
+    from idlib.report.plotting import COLORS, style
 
     style()
     s, L, t = result["small"], result["large"], result["targets"]

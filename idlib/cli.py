@@ -201,7 +201,7 @@ def count_report(config: AttentionConfig) -> dict[str, Any]:
 
 def verify_report(config: AttentionConfig, seed: int, attempts: int = 1,
                   spread_from: int | None = None) -> dict[str, Any]:
-    from .sweep import measure_until_certified
+    from .studies.sweep import measure_until_certified
 
     out = count_report(config)
     m, tries = measure_until_certified(config, seed, attempts, spread_from)
@@ -274,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             raise UsageError("a command is required: count, verify or census (see --help)")
         if args.command == "census":
-            from .census import census_rows, format_census
+            from .studies.census import census_rows, format_census
             rows = census_rows()
             print(json.dumps(rows, allow_nan=False) if args.json else format_census(rows))
             return 0

@@ -1,4 +1,4 @@
-"""The census of published models (idlib.census, idlib/data/configs): loading, counts, twins."""
+"""The census of published models (idlib.studies.census, idlib/data/configs): loading, counts, twins."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from idlib import census
+from idlib.studies import census
 from idlib.config import AttentionConfig, ConfigError
 from idlib.counting import count, unidentified_ratio_mha
 from idlib.hf import approximation_note

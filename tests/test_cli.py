@@ -292,14 +292,14 @@ def _fake_measure(rank, gap):
 
 
 def test_disagreement_exits_1(monkeypatch, capsys):
-    monkeypatch.setattr("idlib.rank.measure", _fake_measure(rank=47, gap=1e12))
+    monkeypatch.setattr("idlib.studies.sweep.measure", _fake_measure(rank=47, gap=1e12))
     assert cli.main(["verify", "--d-model", "4", "--heads", "2", "--json"]) == 1
     r = json.loads(capsys.readouterr().out)
     assert r["identified"] == 48 and r["numerical"]["identified"] == 47 and r["agrees"] is False
 
 
 def test_infinite_gap_is_null(monkeypatch, capsys):
-    monkeypatch.setattr("idlib.rank.measure", _fake_measure(rank=48, gap=float("inf")))
+    monkeypatch.setattr("idlib.studies.sweep.measure", _fake_measure(rank=48, gap=float("inf")))
     assert cli.main(["verify", "--d-model", "4", "--heads", "2", "--json"]) == 0
     out = capsys.readouterr().out
     assert "Infinity" not in out

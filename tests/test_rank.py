@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from idlib import AttentionConfig, count
-from idlib import rope_study as rs
+from idlib.studies import rope as rs
 from idlib.rank import (CERTIFY_GAP, CERTIFY_GAP_TEXT, format_gap, measure, rank_from_singular_values,
                         roundoff_tolerance)
 from idlib.symmetry import rotation_matrix
-from idlib.tables import compare, format_roundoff, summary
+from idlib.report.tables import compare, format_roundoff, summary
 
 EPS = torch.finfo(torch.float64).eps
 

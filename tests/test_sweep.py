@@ -1,11 +1,11 @@
-"""idlib.sweep: the random configurations span every field; a small sweep agrees everywhere."""
+"""idlib.studies.sweep: the random configurations span every field; a small sweep agrees everywhere."""
 import math
 
 import pytest
 
 from idlib.attention import n_params
 from idlib.config import AttentionConfig
-from idlib.sweep import (BIAS_SUBSETS, coverage, markdown_table, measure_until_certified,
+from idlib.studies.sweep import (BIAS_SUBSETS, coverage, markdown_table, measure_until_certified,
                          run_sweep, spread_params, summary, sweep_configs, width_mode)
 from idlib.attention import init_params
 

@@ -4,7 +4,7 @@ import copy
 import pytest
 import torch
 
-from idlib import training as T
+from idlib.studies import training as T
 from idlib.attention import flatten, forward, init_params, n_params, random_inputs, unflatten
 from idlib.config import AttentionConfig
 from idlib.symmetry import orbit_generators, random_group_element, tangent_basis

@@ -26,11 +26,13 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .config import AttentionConfig, ConfigError
-from .counting import count
-from .hf import approximation_note
+from ..attention import n_params
+from ..config import AttentionConfig, ConfigError
+from ..counting import count
+from ..hf import approximation_note
+from ..rank import measure
 
-CONFIG_DIR = Path(__file__).resolve().parent / "data" / "configs"
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "data" / "configs"
 
 # Attention fields the architecture fixes but its config.json does not spell out.
 # (model_type -> AttentionConfig field values, reason, whether the representation is exact)
@@ -266,8 +268,6 @@ def twin(config: AttentionConfig, widths: range = TWIN_WIDTHS,
     latent width relative to d).  Among the candidates with the closest H k / d it prefers more
     heads, then fewer parameters.
     """
-    from .attention import n_params
-
     target = config.n_heads * config.head_dim / config.d_model
     v_over_k = config.value_dim / config.head_dim
     frac = config.rope_fraction
@@ -329,8 +329,6 @@ def twin_checks(models: list[CensusModel], seeds: tuple[int, ...] = (0,)) -> lis
 
 
 def _check_twin(t: AttentionConfig, seed: int) -> dict[str, Any]:
-    from .rank import measure
-
     c = count(t)
     m = measure(t, seed=seed)
     return {"seed": seed, "n_params": c.total, "closed_form_identified": c.identified,

@@ -18,10 +18,10 @@ import math
 
 import torch
 
-from .attention import DTYPE, Params, forward
-from .config import AttentionConfig
-from .rank import RankMeasurement, default_n_sequences, format_gap as gap_decade, softmax_budget
-from .symmetry import commutant_basis
+from ..attention import DTYPE, Params, forward
+from ..config import AttentionConfig
+from ..rank import RankMeasurement, default_n_sequences, format_gap as gap_decade, softmax_budget
+from ..symmetry import commutant_basis
 
 
 def rank_text(m: RankMeasurement) -> str:

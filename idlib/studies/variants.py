@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .config import AttentionConfig
-from .counting import count
-from .rank import format_gap as gap_decade, measure
+from ..config import AttentionConfig
+from ..counting import count
+from ..rank import format_gap as gap_decade, measure
 
 BASE = dict(d_model=6, n_heads=2, head_dim=2)
 

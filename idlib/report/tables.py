@@ -18,9 +18,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from .config import AttentionConfig
-from .counting import count
-from .rank import CERTIFY_GAP, CERTIFY_GAP_TEXT, GAP_SHOWN, format_gap, measure  # noqa: F401 (re-exported)
+from ..config import AttentionConfig
+from ..counting import count
+from ..rank import CERTIFY_GAP, CERTIFY_GAP_TEXT, GAP_SHOWN, format_gap, measure  # noqa: F401 (re-exported)
 
 ROUNDOFF_SHOWN = 1e-12
 

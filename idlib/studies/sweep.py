@@ -13,8 +13,10 @@ import random
 from collections import Counter
 from typing import Any, Iterable
 
-from .attention import n_params
-from .config import AttentionConfig, ConfigError
+from ..attention import init_params, n_params
+from ..config import AttentionConfig, ConfigError
+from ..counting import count
+from ..rank import format_gap, measure
 
 # all 16 subsets of "qkvo", in a fixed order
 BIAS_SUBSETS = tuple("".join(c for c, on in zip("qkvo", bits) if on)
@@ -116,8 +118,6 @@ def spread_params(config: AttentionConfig, seed: int, qk_scale: float = SPREAD_Q
     theorem), but with the scores spread ``qk_scale**2`` times wider: layers of many tiny heads
     (d = 1) whose score scalars a_h = w_Q w_K crowd near zero are far better conditioned there.
     """
-    from .attention import init_params
-
     p = dict(init_params(config, seed))
     for name in ("W_Q", "W_K", "W_UK"):
         if name in p:
@@ -138,8 +138,6 @@ def measure_until_certified(config: AttentionConfig, seed: int = 0, max_attempts
     attempt is returned so that none is hidden; a certified rank that differs from the closed
     form is reported as a disagreement, never retried away.
     """
-    from .rank import measure
-
     attempts: list[dict[str, Any]] = []
     for i in range(max(1, max_attempts)):
         s = seed + i
@@ -180,8 +178,6 @@ def run_sweep(configs: Iterable[AttentionConfig], seed: int = 0, max_attempts: i
     processes share the cores (measured: 25 s against 140 s for the appendix's default sweep
     on a loaded 2-core machine); ranks do not depend on it.
     """
-    from .counting import count
-
     with torch_threads(threads):
         return [_sweep_row(cfg, count(cfg),
                            *measure_until_certified(cfg, seed, max_attempts, spread_from))
@@ -234,8 +230,6 @@ def coverage(configs: Iterable[AttentionConfig]) -> dict[str, Counter]:
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """Every row as a Markdown table (config fields, closed form, measured rank, gap, tries)."""
-    from .tables import format_gap
-
     head = ("| # | d | H | G | k | v | r | base | bias | causal | params | identified (closed form) "
             "| rank (measured) | gap | certified | seeds tried | agrees |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]

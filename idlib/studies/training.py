@@ -34,11 +34,11 @@ from typing import Callable
 
 import torch
 
-from .attention import (DTYPE, Params, flatten, forward, init_params, n_params, param_slices,
+from ..attention import (DTYPE, Params, flatten, forward, init_params, n_params, param_slices,
                         random_inputs, unflatten)
-from .config import AttentionConfig
-from .counting import count
-from .symmetry import Chart, act, chart, orbit_generators
+from ..config import AttentionConfig
+from ..counting import count
+from ..symmetry import Chart, act, chart, orbit_generators
 
 QK_NAMES = ("W_Q", "W_K", "b_Q", "b_K")
 VO_NAMES = ("W_V", "W_O", "b_V", "b_O")
