@@ -84,6 +84,13 @@ def format_fraction(numerator: int, denominator: int) -> str:
     return str(Fraction(numerator, denominator))
 
 
+def format_share(unidentified: int, total: int) -> str:
+    """The unidentified share U/P as a percentage with two decimals, '12.50%' (the book's one way)."""
+    if total <= 0:
+        raise ValueError(f"total={total} must be positive")
+    return f"{100 * unidentified / total:.2f}%"
+
+
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
                    align: str | None = None) -> str:
     """A Markdown (GFM / MyST) table; ``align`` is one letter per column from 'lrc'."""
