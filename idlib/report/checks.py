@@ -1,0 +1,26 @@
+"""Small checks the chapters share: relative differences of tensors, divisors of a width.
+
+``max_rel`` is how a chapter shows that a group element leaves something unchanged: the
+largest entry of |new - old| relative to the largest entry of |old| (print it through
+``tables.format_roundoff``, whose digits do not depend on the CPU). ``divisors`` lists the
+admissible head counts H of a width d (H must divide d for d_k = d_v = d/H), or the
+admissible key/value head counts G of H.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def max_rel(new: torch.Tensor, old: torch.Tensor) -> float:
+    """max |new - old| / max |old| (entrywise); ``old`` must not be all zeros."""
+    scale = old.abs().max()
+    if scale == 0:
+        raise ValueError("max_rel: the reference tensor is zero")
+    return ((new - old).abs().max() / scale).item()
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors 1 <= h <= n of a positive integer n, increasing: divisors(12) = [1, 2, 3, 4, 6, 12]."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"divisors: n={n!r} must be a positive integer")
+    return [h for h in range(1, n + 1) if n % h == 0]
