@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from idlib.report.checks import divisors, max_rel
+from idlib.report.checks import divisors, max_rel, wrapped
 
 
 def test_max_rel_is_relative_to_the_largest_entry_of_old():
@@ -21,3 +21,11 @@ def test_divisors():
     for bad in (0, -4, 2.0, True):
         with pytest.raises(ValueError, match="positive integer"):
             divisors(bad)
+
+
+def test_wrapped_keeps_every_line_within_the_width():
+    text = "5 of 5 configurations: measured rank = closed form; 5 of 5 certified (gap >= 1e4); smallest gap > 1e8"
+    lines = wrapped(text, 40).split("\n")
+    assert len(lines) == 3 and all(len(line) <= 40 for line in lines)
+    assert lines[1].startswith("  ") and " ".join(x.strip() for x in lines) == text
+    assert wrapped("short") == "short"

@@ -1,12 +1,15 @@
-"""Small checks the chapters share: relative differences of tensors, divisors of a width.
+"""Small helpers the chapters share: relative differences, divisors, printed lines that fit.
 
 ``max_rel`` is how a chapter shows that a group element leaves something unchanged: the
 largest entry of |new - old| relative to the largest entry of |old| (print it through
 ``tables.format_roundoff``, whose digits do not depend on the CPU). ``divisors`` lists the
 admissible head counts H of a width d (H must divide d for d_k = d_v = d/H), or the
-admissible key/value head counts G of H.
+admissible key/value head counts G of H. ``wrapped`` breaks a long printed result line so
+that it fits the book's content column.
 """
 from __future__ import annotations
+
+import textwrap
 
 import torch
 
@@ -24,3 +27,12 @@ def divisors(n: int) -> list[int]:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"divisors: n={n!r} must be a positive integer")
     return [h for h in range(1, n + 1) if n % h == 0]
+
+
+def wrapped(text: str, width: int = 80) -> str:
+    """``text`` broken into lines of at most ``width`` characters (continuations indented by two).
+
+    A printed result line must fit the book's content column (about 80 monospace characters
+    at 1280 px); print long lines through this.
+    """
+    return textwrap.fill(text, width=width, subsequent_indent="  ", break_on_hyphens=False)

@@ -1,6 +1,7 @@
 """Tables for the chapters: closed-form counts against measured Jacobian ranks, as Markdown.
 
-``compare`` measures one configuration and pairs the measured rank with the closed form;
+``compare`` measures one configuration and pairs the measured rank with the closed form (an
+``idlib.certify.Check``);
 ``comparison_table`` formats a list of comparisons as a Markdown table (shown in a notebook
 with ``display(Markdown(...))``); ``summary`` says in one line how many agree.
 
@@ -12,15 +13,14 @@ BLAS kernels, so only the fact that it is below ``ROUNDOFF_SHOWN`` is printed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
+from ..certify import CERTIFY_GAP, CERTIFY_GAP_TEXT, GAP_SHOWN, Check, check, format_gap  # noqa: F401 (re-exported)
 from ..config import AttentionConfig
-from ..counting import count
-from ..rank import CERTIFY_GAP, CERTIFY_GAP_TEXT, GAP_SHOWN, format_gap, measure  # noqa: F401 (re-exported)
+from ..rank import measure
 
 ROUNDOFF_SHOWN = 1e-12
 
@@ -34,44 +34,18 @@ def format_roundoff(x: float, digits: int = 1) -> str:
     return f"< {ROUNDOFF_SHOWN:.0e}" if abs(x) < ROUNDOFF_SHOWN else f"{x:.{digits}e}"
 
 
-@dataclass(frozen=True)
-class Comparison:
-    """One configuration: closed-form identified count against the measured Jacobian rank."""
-
-    config: AttentionConfig
-    total: int
-    closed_form: int          # identified parameters, closed form (count(config).identified)
-    measured: int             # measured Jacobian rank
-    gap: float                # sigma_r / max(sigma_{r+1}, tau) at the measured rank
-    certified: bool           # gap >= CERTIFY_GAP
-
-    @property
-    def unidentified(self) -> int:
-        """Closed-form unidentified parameters."""
-        return self.total - self.closed_form
-
-    @property
-    def measured_unidentified(self) -> int:
-        return self.total - self.measured
-
-    @property
-    def agrees(self) -> bool:
-        """Certified and equal: the only case in which the measurement confirms the count."""
-        return self.certified and self.measured == self.closed_form
-
-
 def compare(config: AttentionConfig, seed: int = 0, frequencies: torch.Tensor | None = None,
-            **measure_kw: Any) -> Comparison:
+            **measure_kw: Any) -> Check:
     """Measure ``config`` (``idlib.rank.measure``) and pair it with ``count(config)``."""
-    closed = count(config, frequencies)
-    m = measure(config, seed=seed, frequencies=frequencies, **measure_kw)
-    if m.n_params != closed.total:
-        raise AssertionError(f"parameter totals differ: measured {m.n_params}, counted {closed.total}")
-    return Comparison(config, closed.total, closed.identified, m.rank, m.gap, m.certified)
+    c = check(config, measure(config, seed=seed, frequencies=frequencies, **measure_kw),
+              frequencies=frequencies)
+    if c.n_params != c.total:
+        raise AssertionError(f"parameter totals differ: measured {c.n_params}, counted {c.total}")
+    return c
 
 
 def compare_all(configs: Iterable[AttentionConfig], seed: int = 0,
-                frequencies: torch.Tensor | None = None, **measure_kw: Any) -> list[Comparison]:
+                frequencies: torch.Tensor | None = None, **measure_kw: Any) -> list[Check]:
     return [compare(c, seed, frequencies, **measure_kw) for c in configs]
 
 
@@ -105,17 +79,28 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
     return "\n".join(lines)
 
 
-STANDARD_HEADERS = ("parameters", "identified (closed form)", "rank (measured)", "gap",
-                    "certified", "unidentified share")
+# Short headers (P parameters, I identified, J Jacobian, gamma gap, U/P unidentified share):
+# a table must fit the book's content column; the caption spells them out.
+STANDARD_HEADERS = ("$P$", "$I$ (closed form)", "rank $J$", "gap $\\gamma$", "cert.", "$U/P$")
 
 
-def standard_cells(c: Comparison) -> list[str]:
-    """The cells of ``STANDARD_HEADERS`` for one comparison."""
-    return [str(c.total), str(c.closed_form), str(c.measured), format_gap(c.gap),
-            format_certified(c.certified), format_fraction(c.unidentified, c.total)]
+def standard_cells(c: Check) -> list[str]:
+    """The cells of ``STANDARD_HEADERS`` for one comparison (U/P from the closed form)."""
+    return [str(c.total), str(c.identified), str(c.rank), format_gap(c.gap),
+            format_certified(c.certified), format_share(c.unidentified, c.total)]
 
 
-def comparison_table(comparisons: Sequence[Comparison],
+def captioned(table: str, caption: str, name: str | None = None) -> str:
+    """``table`` (Markdown) inside a MyST ``{table}`` directive: numbered, captioned, labelled.
+
+    Display it with ``display(Markdown(...))`` from a cell whose metadata has
+    ``mystnb.markdown_format = "myst"``; ``{numref}`name``` then refers to it.
+    """
+    label = f":name: {name}\n" if name else ""
+    return f"```{{table}} {caption}\n{label}:align: center\n\n{table}\n```"
+
+
+def comparison_table(comparisons: Sequence[Check],
                      labels: dict[str, Callable[[AttentionConfig], Any]] | None = None) -> str:
     """Markdown table: one row per comparison, ``labels`` columns (header -> f(config)) first."""
     labels = labels or {}
@@ -124,7 +109,7 @@ def comparison_table(comparisons: Sequence[Comparison],
     return markdown_table(headers, rows)
 
 
-def summary(comparisons: Sequence[Comparison]) -> str:
+def summary(comparisons: Sequence[Check]) -> str:
     """One line: agreements out of total and whether every rank is certified."""
     n = len(comparisons)
     agree = sum(c.agrees for c in comparisons)
