@@ -24,8 +24,12 @@ def test_divisors():
 
 
 def test_wrapped_keeps_every_line_within_the_width():
-    text = "5 of 5 configurations: measured rank = closed form; 5 of 5 certified (gap >= 1e4); smallest gap > 1e8"
-    lines = wrapped(text, 40).split("\n")
-    assert len(lines) == 3 and all(len(line) <= 40 for line in lines)
-    assert lines[1].startswith("  ") and " ".join(x.strip() for x in lines) == text
+    text = ("5 of 5 configurations: measured rank = closed form; 5 of 5 certified (gap >= 1e4); "
+            "smallest gap > 1e8")
+    assert wrapped(text, 60).split("\n") == [
+        "5 of 5 configurations: measured rank = closed form;",
+        "5 of 5 certified (gap >= 1e4); smallest gap > 1e8"]
+    lines = wrapped("a b c d e f g h i j k l m n o p q r s t u v w x y z", 10).split("\n")
+    assert all(len(line) <= 10 for line in lines) and lines[1].startswith("  ")
     assert wrapped("short") == "short"
+    assert wrapped("one; two", 80) == "one; two"

@@ -30,9 +30,20 @@ def divisors(n: int) -> list[int]:
 
 
 def wrapped(text: str, width: int = 80) -> str:
-    """``text`` broken into lines of at most ``width`` characters (continuations indented by two).
+    """``text`` in lines of at most ``width`` characters, broken after '; ' where possible.
 
     A printed result line must fit the book's content column (about 80 monospace characters
-    at 1280 px); print long lines through this.
+    at 1280 px); print long lines through this. Clauses separated by '; ' are kept whole when
+    they fit; a longer clause is broken between words, continuation lines indented by two.
     """
-    return textwrap.fill(text, width=width, subsequent_indent="  ", break_on_hyphens=False)
+    lines: list[str] = []
+    for clause in text.split("; "):
+        joined = f"{lines[-1]}; {clause}" if lines else clause
+        if lines and len(joined) <= width:
+            lines[-1] = joined
+            continue
+        if lines:
+            lines[-1] += ";"
+        lines += textwrap.wrap(clause, width=width, subsequent_indent="  ",
+                               break_on_hyphens=False) or [""]
+    return "\n".join(lines)
