@@ -18,15 +18,23 @@ W_Q, W_K, W_V ("ones") and null moves against the centred W_K, W_V; a stack (n_l
 with one A, B per key/value group and set on every layer of the set.  kv_latent: not
 implemented (``chart`` and ``act`` raise NotImplementedError).
 
-The tangent space of the orbit is the derivative of ``act`` at coordinates 0.
+The GL blocks alone are one linear map per head and group (``linear_action``): the group
+element (``gl_action``: A, A^{-T}, B, B^{-1}) and its derivative, the tangent vector
+xi_{E,C} (``gl_tangent``: dW_Q^h = W_Q^h E_g, dW_K^g = -W_K^g E_g^T, dW_V^g = W_V^g C_g,
+dW_O^h = -C_g W_O^h) are both built from it; so are the chapters' deliberately broken actions.
+
+The tangent space of the orbit is the derivative of ``act`` at coordinates 0 (``orbit_generators``:
+in closed form when only the GL blocks are present, by forward-mode autodiff otherwise);
+``tangent_basis`` is its orthonormal basis, the one the whole library uses.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, replace
 
 import torch
 
-from .attention import DTYPE, Params, apply_rope, flatten, rope_frequencies
+from .attention import DTYPE, Params, apply_rope, flatten, param_shapes, rope_frequencies
 from .config import AttentionConfig
 
 
@@ -82,22 +90,26 @@ def _kv_index(config: AttentionConfig) -> list[int]:
     return [(i // H // S) * G + (i % H) // m for i in range(config.n_layers * H)]
 
 
-_PER_LAYER = ("W_Q", "W_O", "b_Q")
-_PER_SET = ("W_K", "W_V", "b_K")
+HEAD_AXIS = ("W_Q", "W_O", "b_Q")        # one entry per query head (and layer of a stack)
+GROUP_AXIS = ("W_K", "W_V", "b_K")       # one entry per key/value group (and set of a stack)
 
 
 def _flat(config: AttentionConfig, params: Params) -> Params:
     """Stacked parameters with (layer, head) and (set, group) merged into one axis."""
     if config.n_layers == 1:
         return dict(params)
-    return {n: (p.reshape(-1, *p.shape[2:]) if n in _PER_LAYER + _PER_SET else p)
+    return {n: (p.reshape(-1, *p.shape[2:]) if n in HEAD_AXIS + GROUP_AXIS else p)
             for n, p in params.items()}
 
 
 def _unflat(config: AttentionConfig, flat: Params) -> Params:
-    from .attention import param_shapes
-    shapes = param_shapes(config)
-    return {n: flat[n].reshape(shapes[n]) for n in shapes}
+    """Inverse of ``_flat``; a tensor's extra leading (batch) dimensions are kept in front."""
+    out = {}
+    for n, shape in param_shapes(config).items():
+        merged = config.n_layers > 1 and n in HEAD_AXIS + GROUP_AXIS
+        lead = flat[n].shape[:flat[n].dim() - len(shape) + merged]
+        out[n] = flat[n].reshape(*lead, *shape)
+    return out
 
 
 def gain_exchange_basis(R: torch.Tensor) -> torch.Tensor:
@@ -125,11 +137,25 @@ def _centering_projector(config: AttentionConfig) -> torch.Tensor:
 
 
 def chart(config: AttentionConfig, params: Params, frequencies: torch.Tensor | None = None) -> Chart:
+    """The chart at ``params``: only its null moves (k or v > d) depend on the point, the rest
+    on the config and the rotation (cached per config when ``frequencies`` is None)."""
     _check_supported(config)
-    d, H, G, k, v = config.d_model, config.n_heads, config.n_kv_heads, config.head_dim, config.value_dim
-    L, RG, LH = config.n_layers, config.n_kv_sets * config.n_kv_heads, config.n_layers * config.n_heads
+    base = _config_chart(config) if frequencies is None else _rotation_chart(config, frequencies)
+    k, v, d_in = config.head_dim, config.value_dim, config.input_dim
+    if max(k, v) <= d_in:
+        return base
+    flat, P = _flat(config, params), _centering_projector(config)
+    RG = config.n_kv_sets * config.n_kv_heads
+    qk_null = [null_space(P @ flat["W_K"][g]) for g in range(RG)] if k > d_in else []
+    vo_null = [null_space(P @ flat["W_V"][g]) for g in range(RG)] if v > d_in else []
+    return replace(base, qk_null=qk_null, vo_null=vo_null)
+
+
+def _rotation_chart(config: AttentionConfig, frequencies: torch.Tensor | None) -> Chart:
+    """Everything of the chart but the null spaces (their block sizes included)."""
+    d, G, k, v = config.d_model, config.n_kv_heads, config.head_dim, config.value_dim
+    RG, LH = config.n_kv_sets * config.n_kv_heads, config.n_layers * config.n_heads
     d_in = config.input_dim
-    flat = _flat(config, params)
     R = rotation_matrix(config, 1.0, frequencies)
     qk_basis = commutant_basis(R)
     if config.qk_norm == "plain":                     # orthogonal part: E skew
@@ -140,20 +166,22 @@ def chart(config: AttentionConfig, params: Params, frequencies: torch.Tensor | N
     elif config.qk_norm == "gain":
         qk_basis = torch.zeros(0, k, k, dtype=DTYPE)
     k_fixed = null_space(R.T - torch.eye(k, dtype=DTYPE))
-    P = _centering_projector(config)
-    qk_null = [null_space(P @ flat["W_K"][g]) for g in range(RG)] if k > d_in else []
-    vo_null = [null_space(P @ flat["W_V"][g]) for g in range(RG)] if v > d_in else []
     a = d + 1 if config.has_bias("q") else d
     gain_basis = gain_exchange_basis(R) if config.qk_norm == "gain" else None
     sizes = {"qk": RG * qk_basis.shape[0], "vo": RG * v * v,
-             "qk_null": LH * a * (k - d_in) if qk_null else 0,
-             "vo_null": LH * (v - d_in) * d if vo_null else 0,
+             "qk_null": LH * a * (k - d_in) if k > d_in else 0,
+             "vo_null": LH * (v - d_in) * d if v > d_in else 0,
              "b_K": RG * k_fixed.shape[1] if config.has_bias("k") and config.qk_norm == "none" else 0,
              "b_V": G * v if config.has_bias("v") else 0,
              "qk_scale": LH + RG if config.qk_norm != "none" else 0,
              "gain": config.n_kv_sets * gain_basis.shape[1] if gain_basis is not None else 0,
              "ones": (LH * k + RG * (k + v)) if config.input_centered else 0}
-    return Chart(qk_basis, k_fixed, qk_null, vo_null, sizes, gain_basis)
+    return Chart(qk_basis, k_fixed, [], [], sizes, gain_basis)
+
+
+@functools.lru_cache(maxsize=128)
+def _config_chart(config: AttentionConfig) -> Chart:
+    return _rotation_chart(config, None)
 
 
 def n_coordinates(ch: Chart) -> int:
@@ -197,22 +225,10 @@ def act(config: AttentionConfig, params: Params, coords: torch.Tensor, ch: Chart
             e = e.reshape(-1) + resid @ torch.linalg.pinv(M)
             p["b_V"] = p["b_V"] + e.reshape(G, v)
 
-    A = torch.linalg.matrix_exp(torch.einsum("gc,cij->gij",
-                                             blocks["qk"].reshape(RG, -1), ch.qk_basis))
-    B = torch.linalg.matrix_exp(blocks["vo"].reshape(RG, v, v))
-    A_inv_T, B_inv = torch.linalg.inv(A).transpose(-1, -2), torch.linalg.inv(B)
-    p["W_Q"] = p["W_Q"] @ A[group]
-    p["W_K"] = p["W_K"] @ A_inv_T
-    p["W_V"] = p["W_V"] @ B
-    p["W_O"] = B_inv[group] @ p["W_O"]
-    if "b_Q" in p:
-        p["b_Q"] = (p["b_Q"][:, None, :] @ A[group])[:, 0]
-    if "b_K" in p:
-        p["b_K"] = (p["b_K"][:, None, :] @ A_inv_T)[:, 0]
-        if ch.sizes["b_K"]:
-            p["b_K"] = p["b_K"] + blocks["b_K"].reshape(RG, -1) @ ch.k_fixed.T
-    if "b_V" in p:
-        p["b_V"] = (p["b_V"][:, None, :] @ B)[:, 0]
+    E, C = gl_blocks(config, coords, ch)
+    p = _linear_flat(p, *_gl_maps(config, torch.linalg.matrix_exp(E), torch.linalg.matrix_exp(C)))
+    if ch.sizes["b_K"]:
+        p["b_K"] = p["b_K"] + blocks["b_K"].reshape(RG, -1) @ ch.k_fixed.T
     if ch.sizes["qk_scale"]:                         # normalised heads forget their scale
         sq, sk = blocks["qk_scale"][:LH].exp(), blocks["qk_scale"][LH:].exp()
         p["W_Q"] = p["W_Q"] * sq[:, None, None]
@@ -256,12 +272,87 @@ def random_group_element(config: AttentionConfig, params: Params, seed: int = 0,
     return act(config, params, torch.cat(parts), ch)
 
 
+def gl_blocks(config: AttentionConfig, coords: torch.Tensor, ch: Chart) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Lie algebra elements of the GL blocks of ``coords`` (..., n) (layout of ``act``):
+    E_g = sum_c coords[g, c] E_c (..., sets G, k, k) and C_g (..., sets G, v, v)."""
+    RG, v, c = config.n_kv_sets * config.n_kv_heads, config.value_dim, ch.qk_basis.shape[0]
+    batch = coords.shape[:-1]
+    E = torch.einsum("...gc,cij->...gij", coords[..., :RG * c].reshape(*batch, RG, c), ch.qk_basis)
+    return E, coords[..., RG * c:RG * c + RG * v * v].reshape(*batch, RG, v, v)
+
+
+def _linear_flat(p: Params, Q: torch.Tensor | None, K: torch.Tensor | None,
+                 V: torch.Tensor | None, O: torch.Tensor | None) -> Params:
+    """``linear_action`` on flat parameters (``_flat``); leading batch dimensions broadcast."""
+    row = lambda b, M: (b[..., None, :] @ M)[..., 0, :]          # noqa: E731 (bias rows times M)
+    out = dict(p)
+    for name, M, bias in (("W_Q", Q, "b_Q"), ("W_K", K, "b_K"), ("W_V", V, "b_V")):
+        if M is not None and name in p:
+            out[name] = p[name] @ M
+            if bias in p:
+                out[bias] = row(p[bias], M)
+    if O is not None:
+        out["W_O"] = O @ p["W_O"]
+    return out
+
+
+def linear_action(config: AttentionConfig, params: Params, Q: torch.Tensor | None = None,
+                  K: torch.Tensor | None = None, V: torch.Tensor | None = None,
+                  O: torch.Tensor | None = None) -> Params:
+    """One linear map per query head h (Q_h, O_h) and per key/value group g (K_g, V_g):
+
+        W_Q^h -> W_Q^h Q_h,  W_K^g -> W_K^g K_g,  W_V^g -> W_V^g V_g,  W_O^h -> O_h W_O^h,
+
+    biases b_Q, b_K, b_V as their weights; b_O, gains unchanged; None leaves a factor alone.
+    Q, O: (..., L H, ., .), K, V: (..., sets G, ., .) over a stack's flat layer-major index.
+    A symmetry exactly when Q_h = A_g(h), K_g = A_g^{-T}, V_g = B_g, O_h = B_g(h)^{-1}."""
+    _check_supported(config)
+    return _unflat(config, _linear_flat(_flat(config, params), Q, K, V, O))
+
+
+def _gl_maps(config: AttentionConfig, A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    group = _kv_index(config)
+    B_inv = torch.linalg.inv(B)
+    return A[..., group, :, :], torch.linalg.inv(A).transpose(-1, -2), B, B_inv[..., group, :, :]
+
+
+def gl_action(config: AttentionConfig, params: Params, A: torch.Tensor, B: torch.Tensor) -> Params:
+    """The group element (A, B), A (sets G, k, k), B (sets G, v, v) invertible, one per group:
+    W_Q^h -> W_Q^h A_g, W_K^g -> W_K^g A_g^{-T}, W_V^g -> W_V^g B_g, W_O^h -> B_g^{-1} W_O^h
+    (g = g(h); biases as their weights). A must commute with the rotations under RoPE."""
+    return linear_action(config, params, *_gl_maps(config, A, B))
+
+
+def gl_tangent(config: AttentionConfig, params: Params, E: torch.Tensor, C: torch.Tensor) -> Params:
+    """d/dt gl_action(exp(tE), exp(tC)) at t = 0, the tangent vector xi_{E,C}:
+    dW_Q^h = W_Q^h E_g, dW_K^g = -W_K^g E_g^T, dW_V^g = W_V^g C_g, dW_O^h = -C_g W_O^h (biases
+    alike, every other tensor 0). Leading batch dimensions of E, C lead every output tensor."""
+    group, batch = _kv_index(config), E.shape[:-3]
+    xi = linear_action(config, params, E[..., group, :, :], -E.transpose(-1, -2), C,
+                       -C[..., group, :, :])
+    moved = HEAD_AXIS + GROUP_AXIS + ("b_V",)
+    return {n: xi[n] if n in moved else torch.zeros(*batch, *p.shape, dtype=p.dtype)
+            for n, p in params.items()}
+
+
 def orbit_generators(config: AttentionConfig, params: Params,
                      frequencies: torch.Tensor | None = None) -> torch.Tensor:
-    """d act / d coords at 0: (n_params, n_coordinates), columns spanning the orbit tangent."""
+    """d act / d coords at 0: (n_params, n_coordinates), columns spanning the orbit tangent.
+
+    In closed form (columns gl_tangent(e_i)) when the chart has only the GL blocks, the action
+    then being linear in the Lie algebra; by forward-mode autodiff of ``act`` otherwise."""
     ch = chart(config, params, frequencies)
-    zero = torch.zeros(n_coordinates(ch), dtype=DTYPE)
+    n = n_coordinates(ch)
+    if gl_only(ch):
+        xi = gl_tangent(config, params, *gl_blocks(config, torch.eye(n, dtype=DTYPE), ch))
+        return torch.cat([t.reshape(n, -1) for t in xi.values()], dim=1).T
+    zero = torch.zeros(n, dtype=DTYPE)
     return torch.func.jacfwd(lambda c: flatten(act(config, params, c, ch)))(zero)
+
+
+def gl_only(ch: Chart) -> bool:
+    """True when the chart has only the GL (or commutant) blocks: no null, bias, scale moves."""
+    return all(size == 0 for name, size in ch.sizes.items() if name not in ("qk", "vo"))
 
 
 def tangent_basis(config: AttentionConfig, params: Params,
@@ -288,9 +379,9 @@ def permute_heads(config: AttentionConfig, params: Params, head_perm: list[int])
     axis = 1 if config.n_layers > 1 else 0           # a stack: the same relabelling in every layer
     out = {}
     for name, value in params.items():
-        if name in ("W_Q", "W_O", "b_Q"):
+        if name in HEAD_AXIS:
             out[name] = value[(slice(None),) * axis + (list(head_perm),)]
-        elif name in ("W_K", "W_V", "b_K"):
+        elif name in GROUP_AXIS:
             out[name] = value[(slice(None),) * axis + (gp,)]
         elif name in ("W_UK", "W_UV", "b_V"):
             out[name] = value[gp]

@@ -1,0 +1,167 @@
+"""idlib.conservation: projection onto the orbit tangent, conserved quantities, balancing (chapter 6)."""
+import pytest
+import torch
+
+from idlib import conservation as C
+from idlib.attention import flatten, forward, init_params, n_params, random_inputs, unflatten
+from idlib.config import AttentionConfig
+from idlib.studies.training import associative_recall, teacher_student
+from idlib.symmetry import random_group_element, tangent_basis
+
+torch.set_num_threads(1)
+
+FAST = [AttentionConfig(8, n_heads=2),
+        AttentionConfig(8, n_heads=4, n_kv_heads=2, head_dim=4),
+        AttentionConfig(8, n_heads=2, rope_fraction=0.5),
+        AttentionConfig(6, n_heads=3, n_kv_heads=1, head_dim=2, value_dim=3, bias="qo")]
+ALL = FAST + [AttentionConfig(8, n_heads=2, bias="qkvo"),
+              AttentionConfig(8, n_heads=4, n_kv_heads=2, head_dim=4, rope_fraction=0.5, bias="qk")]
+IDS = lambda cfgs: [f"d{c.d_model}H{c.n_heads}G{c.n_kv_heads}r{c.rotary_dim}b{c.bias}" for c in cfgs]  # noqa: E731
+
+def point(cfg, seed=0):
+    return init_params(cfg, seed)
+
+
+def grad_at(task, params, seed=0):
+    p = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    task.loss(p, task.sample(torch.Generator().manual_seed(seed), 16)).backward()
+    return {k: v.grad for k, v in p.items()}
+
+
+@pytest.mark.parametrize("cfg", ALL, ids=IDS(ALL))
+def test_tangent_projection_matches_basis(cfg):
+    p = point(cfg, 1)
+    P = tangent_basis(cfg, p)
+    u = torch.randn(n_params(cfg), generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    assert torch.allclose(C.tangent_part(cfg, p, u), P @ (P.T @ u), atol=1e-10, rtol=0)
+    ov = C.overlap(cfg, p, u)
+    assert ov == pytest.approx(C.overlap(cfg, p, u, P), abs=1e-10)
+    # a tangent vector is all tangent, a vector orthogonal to T not at all
+    assert C.overlap(cfg, p, P[:, 0])["total"] == pytest.approx(1.0, abs=1e-10)
+    assert C.overlap(cfg, p, u - P @ (P.T @ u))["total"] < 1e-10
+
+
+def test_random_share_is_the_count_ratio():
+    cfg = AttentionConfig(16, n_heads=4)          # u = 4 (16 + 16) = 128 of n = 1024
+    assert C.random_share(cfg)["total"] == pytest.approx((128 / 1024) ** 0.5, abs=1e-15)
+
+
+TASKS = [teacher_student(AttentionConfig(8, n_heads=4, n_kv_heads=2, head_dim=4, bias="qo")),
+         associative_recall(AttentionConfig(16, n_heads=4))]
+
+
+@pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])
+def test_gradient_is_orthogonal_to_the_orbit(task):
+    p = point(task.config, 2)
+    g = flatten(grad_at(task, p))
+    assert g.norm() > 1e-3
+    assert C.overlap(task.config, p, g)["total"] < 1e-12
+
+
+@pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])
+def test_sgd_step_changes_conserved_quantity_at_second_order_exactly(task):
+    """C(theta - eta g) - C(theta) = eta^2 C(g): the first-order term vanishes identically."""
+    cfg, eta = task.config, 0.3
+    p = point(cfg, 4)
+    g = grad_at(task, p)
+    stepped = {k: p[k] - eta * g[k] for k in p}
+    c0, c1, cg = C.conserved(cfg, p), C.conserved(cfg, stepped), C.conserved(cfg, g)
+    for comp in ("qk", "vo"):
+        assert torch.allclose(c1[comp] - c0[comp], eta ** 2 * cg[comp], atol=1e-10, rtol=0)
+        assert cg[comp].norm() > 1e-6
+
+
+def test_conserved_quantity_gqa_sums_query_heads():
+    cfg = AttentionConfig(8, n_heads=4, n_kv_heads=2, head_dim=4)
+    p = point(cfg)
+    c = C.conserved(cfg, p)["qk"]
+    WQ, WK = p["W_Q"], p["W_K"]
+    expected = WQ[2].T @ WQ[2] + WQ[3].T @ WQ[3] - WK[1].T @ WK[1]
+    assert torch.allclose(c[1], expected, atol=1e-14, rtol=0)
+    WO, WV = p["W_O"], p["W_V"]
+    vo = WV[0].T @ WV[0] - WO[0] @ WO[0].T - WO[1] @ WO[1].T
+    assert torch.allclose(C.conserved(cfg, p)["vo"][0], vo, atol=1e-14, rtol=0)
+
+
+def test_balancing_factor_solves_the_balance_equation():
+    gen = torch.Generator().manual_seed(0)
+    A, B = (torch.randn(3, 5, 5, generator=gen, dtype=torch.float64) for _ in range(2))
+    P, Q = A @ A.mT + 0.1 * torch.eye(5), B @ B.mT + 0.1 * torch.eye(5)
+    S = C.balancing_factor(P, Q)
+    S_inv = torch.linalg.inv(S)
+    assert torch.allclose(S, S.mT, atol=1e-14, rtol=0)
+    assert bool((torch.linalg.eigvalsh(S) > 0).all())
+    assert torch.allclose(S @ P @ S, S_inv @ Q @ S_inv, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("cfg", ALL, ids=IDS(ALL))
+def test_balance_keeps_function_and_zeroes_conserved(cfg):
+    p = point(cfg, 5)
+    X = random_inputs(cfg, 4, 7, seed=1)
+    b = C.balance(cfg, p)
+    assert (forward(cfg, b, X) - forward(cfg, p, X)).abs().max() < 1e-10
+    for comp, c in C.conserved(cfg, b).items():
+        assert c.abs().max() < 1e-10, comp
+    assert C.conserved(cfg, p)["qk"].abs().max() > 0.1      # it was not balanced before
+
+
+def test_balanced_point_has_least_norm_on_its_orbit():
+    cfg = AttentionConfig(8, n_heads=4, n_kv_heads=2, head_dim=4)
+    b = C.balance(cfg, point(cfg, 6))
+    for seed in range(5):
+        moved = random_group_element(cfg, b, seed=seed, scale=0.3)
+        assert flatten(moved).norm() > flatten(b).norm()
+
+
+def test_balance_refuses_rank_deficient_factor():
+    cfg = AttentionConfig(8, n_heads=2)
+    p = point(cfg)
+    p["W_K"] = p["W_K"].clone()
+    p["W_K"][0, :, 0] = 0.0
+    with pytest.raises(ValueError, match="positive definite"):
+        C.balance(cfg, p)
+
+
+def _adam_like_step(cfg, p, scale, seed=7):
+    """A step with a large tangent part (a sign-like per-coordinate update)."""
+    u = torch.randn(n_params(cfg), generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return unflatten(cfg, flatten(p) + scale * torch.sign(u))
+
+
+@pytest.mark.parametrize("cfg", FAST + ALL[-1:], ids=IDS(FAST + ALL[-1:]))
+def test_orbit_projection_keeps_function_and_removes_tangent_to_first_order(cfg):
+    p = point(cfg, 8)
+    X = random_inputs(cfg, 4, 7, seed=2)
+    shares = []
+    for scale in (1e-3, 5e-4):
+        new = _adam_like_step(cfg, p, scale)
+        proj = C.project_step(cfg, p, new)
+        assert (forward(cfg, proj, X) - forward(cfg, new, X)).abs().max() < 1e-10
+        raw = C.overlap(cfg, p, flatten(new) - flatten(p))["total"]
+        shares.append(C.overlap(cfg, p, flatten(proj) - flatten(p))["total"])
+        assert raw > 0.1 and shares[-1] < 0.02 * raw
+    assert shares[1] / shares[0] == pytest.approx(0.5, abs=0.1)   # the remainder is O(|D|)
+
+
+def test_linear_projection_is_exactly_orthogonal_and_moves_function_at_second_order():
+    cfg = AttentionConfig(8, n_heads=2)
+    p = point(cfg, 9)
+    X = random_inputs(cfg, 4, 7, seed=2)
+    changes = []
+    for scale in (1e-3, 5e-4):
+        new = _adam_like_step(cfg, p, scale)
+        lin = C.project_step(cfg, p, new, mode="linear")
+        assert C.overlap(cfg, p, flatten(lin) - flatten(p))["total"] < 1e-10
+        changes.append(float((forward(cfg, lin, X) - forward(cfg, new, X)).abs().max()))
+    assert changes[0] > 1e-8
+    assert changes[1] / changes[0] == pytest.approx(0.25, abs=0.05)
+    with pytest.raises(ValueError, match="mode='nope' must be 'orbit' or 'linear'"):
+        C.project_step(cfg, p, new, mode="nope")
+
+
+def test_variants_are_refused_by_name():
+    cfg = AttentionConfig(8, n_heads=2, qk_norm="plain")
+    with pytest.raises(ValueError, match="qk_norm='plain' must be 'none'"):
+        C.conserved(cfg, init_params(cfg, 0))
+    with pytest.raises(ValueError, match="qk_norm='plain' must be 'none'"):
+        C.balance(cfg, init_params(cfg, 0))
