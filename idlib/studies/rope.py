@@ -6,28 +6,29 @@
 * Random group elements: ``random_gl`` (all of GL(k)) and ``random_commutant`` (the matrices
   that commute with a rotation, via ``idlib.symmetry.commutant_basis``).
 * Short sequences: ``softmax_budget`` (how many numbers per sequence carry the QK parameters
-  to the output), ``adequate_n_sequences`` (enough sequences for a given length) and
-  ``short_causal_bounds`` (the QK fiber of a causal two-token sequence, chapter 4).
-* ``separation`` (how far a frequency vector is from a coincidence), ``gap_decade`` and
-  ``rank_text`` (a measured rank as text that does not change with the BLAS thread count).
+  to the output, from ``idlib.rank``) and ``short_causal_bounds`` (the QK fiber of a causal
+  two-token sequence, chapter 4).
+* Frequencies: ``frequency_condition`` (condition (F) of chapter 4: no plane's angle congruent
+  to 0 or pi, no two planes' angles congruent up to sign, mod 2 pi) and ``separation`` (how far
+  a frequency vector is from breaking it).
+* ``measure_seeds``: one configuration measured at several seeds, against its closed form
+  (chapters 4 and 5).
 """
 from __future__ import annotations
 
 import cmath
 import math
+from dataclasses import dataclass
+from typing import Any, Iterable
 
 import torch
 
 from ..attention import DTYPE, Params, forward
+from ..certify import Check, check
 from ..config import AttentionConfig
-from ..rank import RankMeasurement, default_n_sequences, format_gap as gap_decade, softmax_budget
+from ..counting import rotation_classes
+from ..rank import measure, softmax_budget  # noqa: F401 (softmax_budget re-exported for chapter 4)
 from ..symmetry import commutant_basis
-
-
-def rank_text(m: RankMeasurement) -> str:
-    """'rank r of P (gap 1e6-1e7, certified)', stable from one run to the next."""
-    status = "certified" if m.certified else "not certified"
-    return f"rank {m.rank} of {m.n_params} (gap {gap_decade(m.gap)}, {status})"
 
 
 def random_gl(k: int, seed: int, scale: float = 0.5) -> torch.Tensor:
@@ -90,11 +91,6 @@ def output_change(config: AttentionConfig, before: Params, after: Params, X: tor
     return ((y1 - y0).abs().max() / y0.abs().max()).item()
 
 
-def adequate_n_sequences(config: AttentionConfig, seq_len: int) -> int:
-    """Sequences that make full rank possible at ``seq_len`` (``rank.default_n_sequences``)."""
-    return default_n_sequences(config, seq_len)
-
-
 def short_causal_bounds(d_model: int, head_dim: int, commutant_dim: int) -> tuple[int, int]:
     """Bounds on the QK fiber of one head seen only through causal two-token sequences.
 
@@ -114,3 +110,63 @@ def separation(frequencies: torch.Tensor | list[float]) -> float:
     gaps += [abs(a - b) for i, a in enumerate(z) for b in z[i + 1:]]
     gaps += [abs(a - b.conjugate()) for i, a in enumerate(z) for b in z[i + 1:]]
     return min(gaps)
+
+
+def frequency_condition(frequencies: torch.Tensor | list[float], tol: float = 1e-9) -> bool:
+    """Condition (F): no omega_l = 0 or pi (mod 2 pi), no omega_l = +-omega_l' (mod 2 pi), l != l'.
+
+    Equivalently every class of ``counting.rotation_classes`` has one plane and no plane is
+    fixed or reversed by R(1); then dim C(R(1)) = r + (k - r)^2.
+    """
+    mults, plus, minus = rotation_classes(frequencies, 0, tol)
+    return plus == 0 and minus == 0 and all(mu == 1 for mu in mults)
+
+
+@dataclass(frozen=True)
+class SeedRun:
+    """One configuration measured at several seeds: the closed form against every measurement."""
+
+    checks: tuple[Check, ...]
+
+    @property
+    def config(self) -> AttentionConfig:
+        return self.checks[0].config
+
+    @property
+    def total(self) -> int:
+        """P, closed form."""
+        return self.checks[0].total
+
+    @property
+    def unidentified(self) -> int:
+        """U, closed form (``idlib.count``)."""
+        return self.checks[0].unidentified
+
+    @property
+    def measured(self) -> tuple[int, ...]:
+        """The distinct measured U = P - rank J over the seeds, increasing."""
+        return tuple(sorted({c.measured_unidentified for c in self.checks}))
+
+    @property
+    def gap(self) -> float:
+        """The smallest gap over the seeds."""
+        return min(c.gap for c in self.checks)
+
+    @property
+    def certified(self) -> bool:
+        return all(c.certified for c in self.checks)
+
+    @property
+    def agrees(self) -> bool:
+        """Every seed certified with rank J = I (``certify.Check.agrees``)."""
+        return all(c.agrees for c in self.checks)
+
+
+def measure_seeds(config: AttentionConfig, seeds: Iterable[int],
+                  frequencies: torch.Tensor | None = None, **measure_kw: Any) -> SeedRun:
+    """``idlib.rank.measure`` at each seed, each paired with ``count(config, frequencies)``."""
+    checks = tuple(check(config, measure(config, seed=s, frequencies=frequencies, **measure_kw),
+                         frequencies=frequencies) for s in seeds)
+    if not checks:
+        raise ValueError("measure_seeds: seeds must not be empty")
+    return SeedRun(checks)
