@@ -84,6 +84,7 @@ import torch
 
 from .attention import (DTYPE, Params, attention_weights, flatten, forward, n_params,
                         param_shapes, project, unflatten)
+from .certify import rank_from_singular_values, roundoff_tolerance
 from .config import AttentionConfig
 
 __all__ = ["StructuredRank", "StructureError", "structured_rank", "applicable",
@@ -215,11 +216,6 @@ def _group_jacobian(sub: AttentionConfig, theta_g: torch.Tensor, X: torch.Tensor
     return T[..., inverse]
 
 
-def _cut(sv: torch.Tensor, shape: tuple[int, int]) -> tuple[int, float]:
-    from .rank import rank_from_singular_values
-    return rank_from_singular_values(sv, shape)
-
-
 def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
                     frequencies: torch.Tensor | None = None, chunk: int = 256) -> StructuredRank:
     """Rank of d vec(forward(X)) / d theta with a certified gap, without forming the Jacobian.
@@ -282,7 +278,7 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
         if Kmat.shape[0] > Kmat.shape[1]:       # same singular values and right vectors as K_g
             Kmat = torch.linalg.qr(Kmat, mode="r")[1]
         _, S, Vh = torch.linalg.svd(Kmat, full_matrices=Kmat.shape[0] < Kmat.shape[1])
-        r_g, gap_g = _cut(S, (K.shape[0] * K.shape[1], K.shape[2]))
+        r_g, gap_g = rank_from_singular_values(S, (K.shape[0] * K.shape[1], K.shape[2]))
         norm_JZ.append(math.hypot(norm_M[-1], S[0].item() if S.numel() else 0.0))
         ranks.append(r_g)
         gaps.append(gap_g)
@@ -319,7 +315,6 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
     else:
         sigma_r_lower = 0.0
 
-    from .rank import roundoff_tolerance
     tau = roundoff_tolerance(s_W.max().item() * max(norm_JZ) + s_Z.max().item(), (B * n * d, P))
     if u:
         V, _ = torch.linalg.qr(torch.cat(lifted_cols, dim=1))            # (P, u) orthonormal
