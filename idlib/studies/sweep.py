@@ -8,15 +8,17 @@ compares.  Every row that does not agree is a bug in the closed form or in the m
 from __future__ import annotations
 
 import itertools
-from contextlib import contextmanager
 import random
 from collections import Counter
+from contextlib import contextmanager
 from typing import Any, Iterable
 
-from ..attention import init_params, n_params
+import torch
+
+from ..attention import n_params
+from ..certify import check, format_gap
 from ..config import AttentionConfig, ConfigError
-from ..counting import count
-from ..rank import format_gap, measure
+from ..rank import measure_until_certified, spread_params  # noqa: F401 (re-exported)
 
 # all 16 subsets of "qkvo", in a fixed order
 BIAS_SUBSETS = tuple("".join(c for c, on in zip("qkvo", bits) if on)
@@ -108,54 +110,9 @@ def sweep_configs(n: int, seed: int = 0, max_d: int = 24, max_params: int = 600,
     return out
 
 
-SPREAD_QK_SCALE = 2.0
-
-
-def spread_params(config: AttentionConfig, seed: int, qk_scale: float = SPREAD_QK_SCALE) -> dict:
-    """init_params(config, seed) with the query and key weights multiplied by ``qk_scale``.
-
-    Another generic point (any continuous law of parameters is as good for the appendix's
-    theorem), but with the scores spread ``qk_scale**2`` times wider: layers of many tiny heads
-    (d = 1) whose score scalars a_h = w_Q w_K crowd near zero are far better conditioned there.
-    """
-    p = dict(init_params(config, seed))
-    for name in ("W_Q", "W_K", "W_UK"):
-        if name in p:
-            p[name] = qk_scale * p[name]
-    return p
-
-
-def measure_until_certified(config: AttentionConfig, seed: int = 0, max_attempts: int = 1,
-                            spread_from: int | None = None,
-                            **measure_kw: Any) -> tuple[Any, list[dict[str, Any]]]:
-    """Measure at seeds seed, seed + 1, ... until a rank is certified (at most ``max_attempts``).
-
-    Attempt i (0-based) measures at seed + i with ``init_params``; from attempt ``spread_from``
-    on (None: never) the parameters are ``spread_params`` (query/key weights doubled).  Returns
-    the last measurement (the certified one, if any) and every attempt as {seed, qk_scale, rank,
-    gap, certified}.  Legitimate because one certified generic point fixes the generic rank
-    (appendix, thm-sweep-one-point): an uncertified cut is evidence of nothing, and every
-    attempt is returned so that none is hidden; a certified rank that differs from the closed
-    form is reported as a disagreement, never retried away.
-    """
-    attempts: list[dict[str, Any]] = []
-    for i in range(max(1, max_attempts)):
-        s = seed + i
-        spread = spread_from is not None and i >= spread_from
-        params = spread_params(config, s) if spread else None
-        m = measure(config, seed=s, params=params, **measure_kw)
-        attempts.append({"seed": s, "qk_scale": SPREAD_QK_SCALE if spread else 1.0, "rank": m.rank,
-                         "gap": m.gap, "certified": bool(m.certified)})
-        if m.certified:
-            break
-    return m, attempts
-
-
 @contextmanager
 def torch_threads(n: int | None):
     """Run the block with ``n`` intra-op torch threads (None: leave the setting alone)."""
-    import torch
-
     before = torch.get_num_threads()
     if n is not None:
         torch.set_num_threads(n)
@@ -171,25 +128,16 @@ def run_sweep(configs: Iterable[AttentionConfig], seed: int = 0, max_attempts: i
 
     Each config is measured at seeds seed, seed + 1, ... until its rank is certified, at most
     ``max_attempts`` times, with spread query/key weights from attempt ``spread_from`` on (see
-    ``measure_until_certified``; ``attempts`` holds every try); ``agrees`` means certified and
-    equal.
+    ``idlib.rank.measure_until_certified``; ``attempts`` holds every try); each row is an
+    ``idlib.certify.Check`` as a dict, whose ``agrees`` means certified and equal.
     ``threads``: torch threads while measuring.  The sweep's Jacobians are small (a few hundred
     columns), where one thread is several times faster than two, and much faster when other
     processes share the cores (measured: 25 s against 140 s for the appendix's default sweep
     on a loaded 2-core machine); ranks do not depend on it.
     """
     with torch_threads(threads):
-        return [_sweep_row(cfg, count(cfg),
-                           *measure_until_certified(cfg, seed, max_attempts, spread_from))
+        return [check(cfg, *measure_until_certified(cfg, seed, max_attempts, spread_from)).as_dict()
                 for cfg in configs]
-
-
-def _sweep_row(cfg: AttentionConfig, c: Any, m: Any, attempts: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"config": cfg, "total": c.total, "identified": c.identified,
-            "unidentified": c.unidentified, "rank": m.rank, "n_params": m.n_params,
-            "measured_unidentified": m.unidentified, "gap": m.gap,
-            "certified": bool(m.certified), "seed": attempts[-1]["seed"], "attempts": attempts,
-            "agrees": bool(m.certified and m.n_params == c.total and m.rank == c.identified)}
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
