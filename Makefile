@@ -2,9 +2,9 @@
 # and, at paper scale / for print:  make reproduce  |  make pdf  |  make bench
 #
 # Both bootstrap .venv from requirements.txt (exact pins) when it is missing or older
-# than that file, register the venv's python as the Jupyter kernel "python3" and put the
-# repository root on the venv's sys.path (so `import idlib` works in every kernel, whatever
-# its working directory).
+# than that file, register the venv's python as the Jupyter kernel "python3" and install
+# idlib into it in editable mode (pyproject.toml; `import idlib` works in every kernel, whatever
+# its working directory, and the `idlib` command is on the venv's PATH).
 
 SHELL       := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -44,7 +44,7 @@ MPL_KERNEL  := MPLBACKEND=module://matplotlib_inline.backend_inline
 
 JB_FLAGS := -W -n --keep-going --all
 
-.PHONY: help venv book test unit nbval papermill outputs clean distclean \
+.PHONY: help venv book test unit package nbval papermill outputs clean distclean \
         report reproduce pdf tex bench determinism
 
 help:
@@ -67,7 +67,8 @@ $(STAMP): requirements.txt
 # Cheap, idempotent steps that follow each (re)install.
 $(SETUP): $(STAMP)
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (idlib .venv)" >/dev/null
-	echo "$(CURDIR)" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/$(PTH_NAME)"
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	rm -f "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/$(PTH_NAME)"
 	@# build matplotlib's font cache now, so its one-off stderr notice never lands in a notebook
 	$(MPL_SCRIPTS) $(PY) -c 'import matplotlib.pyplot'
 	touch $@
@@ -91,6 +92,20 @@ book: $(SETUP) report
 	test -f $(BUILD)/html/index.html; echo "make book: OK -> $(BUILD)/html/index.html"
 
 # --- tests -------------------------------------------------------------------------------
+
+# The installable package: the wheel builds (pyproject.toml), and the `idlib` command installed
+# from it (into $(BUILD)/wheel/site, not the editable install) runs from another directory and
+# finds the shipped configs (census).
+WHEEL_SITE := $(CURDIR)/$(BUILD)/wheel/site
+package: $(SETUP)
+	rm -rf $(BUILD)/wheel
+	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w $(BUILD)/wheel .
+	rm -rf build idlib.egg-info
+	$(PY) -m pip install -q --no-deps --target $(WHEEL_SITE) $(BUILD)/wheel/idlib-*.whl
+	cd /tmp && PYTHONPATH=$(WHEEL_SITE) $(PY) -c 'import idlib, sys; sys.exit(not idlib.__file__.startswith("$(WHEEL_SITE)/"))'
+	cd /tmp && PYTHONPATH=$(WHEEL_SITE) $(WHEEL_SITE)/bin/idlib count --d-model 16 --heads 4 | grep "unidentified ratio 0.125000 (= 1/8)" >/dev/null
+	cd /tmp && PYTHONPATH=$(WHEEL_SITE) $(WHEEL_SITE)/bin/idlib census | grep "BERT-base" >/dev/null
+	@echo "make package: OK ($$(cd $(BUILD)/wheel && ls idlib-*.whl))"
 
 # In this order, even under make -j.
 test: $(SETUP)
