@@ -1,4 +1,14 @@
-"""idlib: identification of attention parameters, by closed form and by measured Jacobian rank."""
+"""idlib: identification of attention parameters, by closed form and by measured Jacobian rank.
+
+Layers (a module imports only its own layer and those below; tests/test_layering.py checks it,
+with no import circle and no idlib import inside a function):
+
+    core     config, hf, attention, counting, certify, rank, fastrank, symmetry, conservation,
+             implementations (and this package)
+    report   idlib.report: tables and figures of the core's records
+    studies  idlib.studies: one chapter's machinery (may use report's formatters)
+    cli      idlib.cli (the ``idlib`` command, ``python -m idlib``)
+"""
 from .config import AttentionConfig, ConfigError
 from .attention import forward, init_params, n_params, param_shapes, random_inputs
 from .counting import Count, count
