@@ -65,6 +65,32 @@ def format_share(unidentified: int, total: int) -> str:
     return f"{100 * unidentified / total:.2f}%"
 
 
+def layer_text(config: AttentionConfig) -> str:
+    """The measured layer in the book's notation, e.g. 'd=6 H=2 G=1 k=4 v=4 r=2 b_Q b_K QK-norm gain'.
+
+    Always d, H, G, k, v; then what is not the plain default: r (rotated dims per head), the
+    biases, the causal mask, QK-norm, the latent width C (and its norm), centred inputs, and a
+    stack of L layers sharing K/V over S.
+    """
+    c = config
+    parts = [f"d={c.d_model}", f"H={c.n_heads}", f"G={c.n_kv_heads}", f"k={c.head_dim}",
+             f"v={c.value_dim}"]
+    if c.rotary_dim:
+        parts.append(f"r={c.rotary_dim}")
+    parts += [f"b_{letter.upper()}" for letter in c.bias]
+    if c.causal:
+        parts.append("causal")
+    if c.qk_norm != "none":
+        parts.append(f"QK-norm {c.qk_norm}")
+    if c.kv_latent is not None:
+        parts.append(f"C={c.kv_latent}" + (" normed" if c.latent_norm else ""))
+    if c.input_centered:
+        parts.append("centred")
+    if c.n_layers > 1:
+        parts.append(f"L={c.n_layers} S={c.kv_share}")
+    return " ".join(parts)
+
+
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
                    align: str | None = None) -> str:
     """A Markdown (GFM / MyST) table; ``align`` is one letter per column from 'lrc'."""
@@ -94,10 +120,12 @@ def captioned(table: str, caption: str, name: str | None = None) -> str:
     """``table`` (Markdown) inside a MyST ``{table}`` directive: numbered, captioned, labelled.
 
     Display it with ``display(Markdown(...))`` from a cell whose metadata has
-    ``mystnb.markdown_format = "myst"``; ``{numref}`name``` then refers to it.
+    ``mystnb.markdown_format = "myst"``; ``{numref}`name``` then refers to it. It is written as
+    a colon fence, because a backtick fence's first line may not hold the backticks of a
+    role such as {prf:ref} in the caption.
     """
     label = f":name: {name}\n" if name else ""
-    return f"```{{table}} {caption}\n{label}:align: center\n\n{table}\n```"
+    return f":::{{table}} {caption}\n{label}:align: center\n\n{table}\n:::"
 
 
 def comparison_table(comparisons: Sequence[Check],
