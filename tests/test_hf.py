@@ -1,4 +1,5 @@
-"""AttentionConfig.from_hf / from_file on Hugging Face config.json files (tests/data/)."""
+"""idlib.hf: Hugging Face configs in the transformers 5 layout (made by transformers' own config
+classes, ``to_dict()``, no network) and in the older layouts (tests/data/, hand-written dicts)."""
 import json
 import re
 from pathlib import Path
@@ -6,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from idlib.config import AttentionConfig, ConfigError
+from idlib.counting import count
+from idlib.hf import FAMILIES, HARMLESS, approximation_note, config_from_file, config_from_hf, family_table
 
 DATA = Path(__file__).parent / "data"
 
@@ -32,84 +35,287 @@ EXPECTED = {
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_from_file(name):
-    assert AttentionConfig.from_file(DATA / name) == AttentionConfig(**EXPECTED[name])
+    assert config_from_file(DATA / name) == AttentionConfig(**EXPECTED[name])
 
 
 @pytest.mark.parametrize("name", sorted(set(EXPECTED) - {"small_gqa.json"}))
 def test_from_hf_path_and_dict_agree(name):
     path = DATA / name
-    assert AttentionConfig.from_hf(path) == AttentionConfig.from_hf(json.loads(path.read_text())) \
+    assert config_from_hf(path) == config_from_hf(json.loads(path.read_text())) \
         == AttentionConfig(**EXPECTED[name])
 
 
 def test_derived_sizes_of_real_models():
-    llama = AttentionConfig.from_file(DATA / "llama3_8b.json")
+    llama = config_from_file(DATA / "llama3_8b.json")
     assert (llama.head_dim, llama.value_dim, llama.group_size, llama.rotary_dim) == (128, 128, 4, 128)
-    phi = AttentionConfig.from_file(DATA / "phi2.json")
+    phi = config_from_file(DATA / "phi2.json")
     assert (phi.head_dim, phi.rotary_dim) == (80, 32)
-    neox = AttentionConfig.from_file(DATA / "pythia_1b.json")
+    neox = config_from_file(DATA / "pythia_1b.json")
     assert (neox.head_dim, neox.rotary_dim) == (256, 64)
 
 
-def test_text_config_is_read():
+# -- the transformers 5 layout, written by transformers' own config classes ---------------------
+
+def t5dict(cls: str, **kw) -> dict:
+    transformers = pytest.importorskip("transformers")
+    return getattr(transformers, cls)(**kw).to_dict()
+
+
+def unid(data: dict) -> int:
+    return count(config_from_hf(data)).unidentified
+
+
+def test_phi2_partial_rope_in_rope_parameters():
+    data = t5dict("PhiConfig", hidden_size=2560, num_attention_heads=32,
+                  rope_parameters={"rope_theta": 10000.0, "partial_rotary_factor": 0.4})
+    assert "partial_rotary_factor" not in data and data["rope_parameters"]["partial_rotary_factor"] == 0.4
+    c = config_from_hf(data)
+    assert (c.head_dim, c.rotary_dim, c.bias) == (80, 32, "qkvo")
+    assert count(c).unidentified == 283_648          # 209,920 if read as full RoPE
+
+
+def test_gpt_neox_and_stablelm_partial_rope():
+    # StableLM with q, k, v biases, d 4096, 32 heads of 128, a quarter rotated: per head the RoPE
+    # commutant 2 * 16 + 96^2, GL(128) on VO, 96 pass-through key-bias dims: 823,296 (528,384 if
+    # read as full RoPE); GPT-NeoX also biases the output, so the value bias adds d = 4,096
+    data = t5dict("StableLmConfig", hidden_size=4096, num_attention_heads=32, use_qkv_bias=True)
+    assert config_from_hf(data).rotary_dim == 32 and unid(data) == 823_296
+    assert unid({**data, "rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 1.0}}) == 528_384
+    neox = t5dict("GPTNeoXConfig", hidden_size=4096, num_attention_heads=32)
+    assert config_from_hf(neox).bias == "qkvo" and unid(neox) == 823_296 + 4096
+
+
+def test_stablelm_partial_rope_and_qkv_bias():
+    data = t5dict("StableLmConfig", hidden_size=2048, num_attention_heads=32, num_key_value_heads=32,
+                  use_qkv_bias=True)
+    c = config_from_hf(data)
+    assert (c.rotary_dim, c.bias) == (16, "qkv")
+    assert count(c).total == 4 * 2048 * 2048 + 6_144
+    no_bias = config_from_hf(t5dict("StableLmConfig", hidden_size=2048, num_attention_heads=32))
+    assert count(no_bias).total == 4 * 2048 * 2048
+
+
+def test_gptj_rotary_dim():
+    data = t5dict("GPTJConfig", n_embd=4096, n_head=16, rotary_dim=64)
+    c = config_from_hf(data)
+    assert (c.head_dim, c.rotary_dim, c.bias) == (256, 64, "")
+    assert count(c).unidentified == 1_639_424        # 1,052,672 if read as full RoPE
+    assert config_from_hf({**data, "rotary_dim": None}).rotary_dim == 256   # null: every dim
+
+
+def test_t5_d_kv():
+    data = t5dict("T5Config", d_model=1024, d_kv=128, num_heads=32)
+    c = config_from_hf(data)
+    assert (c.head_dim, c.rotary_dim, c.causal) == (128, 0, False)
+    assert count(c).total == 16_777_216              # 4,194,304 if head_dim = d / H = 32
+
+
+def test_glm_bias_is_qkv_only():
+    data = t5dict("GlmConfig", hidden_size=512, num_attention_heads=8, num_key_value_heads=2, head_dim=64)
+    c = config_from_hf(data)
+    assert (c.bias, c.rotary_dim, c.n_kv_heads) == ("qkv", 32, 2)
+
+
+def test_qwen2_vl_text_config_always_biased():
+    data = t5dict("Qwen2VLConfig", text_config={"hidden_size": 512, "num_attention_heads": 8,
+                                                "num_key_value_heads": 2})
+    c = config_from_hf(data)
+    assert (c.d_model, c.n_kv_heads, c.bias, c.rotary_dim) == (512, 2, "qkv", 64)
+
+
+def test_gemma3_text_config_without_model_type_keeps_qk_norm():
+    inner = {"hidden_size": 2560, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256}
+    data = {"model_type": "gemma3", "text_config": inner}
+    c = config_from_hf(data)
+    assert c.qk_norm == "gain" and count(c).unidentified == 262_284   # 263,168 without QK-norm
+    assert config_from_hf(t5dict("Gemma3Config", text_config=inner)) == c
+
+
+def test_text_config_without_kv_heads_takes_the_family_default():
+    # Gemma3TextConfig's default is 4 key/value heads; Llama's is one per query head
+    c = config_from_hf({"model_type": "gemma3", "text_config": {"hidden_size": 512,
+                                                                 "num_attention_heads": 8}})
+    assert (c.n_kv_heads, c.head_dim) == (4, 256)
+    assert config_from_hf(t5dict("Gemma3Config", text_config={"hidden_size": 512,
+                                                              "num_attention_heads": 8})) == c
     inner = json.loads((DATA / "mistral_7b.json").read_text())
-    assert AttentionConfig.from_hf({"model_type": "llava", "text_config": inner}) == \
+    assert config_from_hf({"model_type": "llava", "text_config": inner}) == \
         AttentionConfig(**EXPECTED["mistral_7b.json"])
+    del inner["num_key_value_heads"]
+    assert config_from_hf({"model_type": "mistral3", "text_config": inner}).n_kv_heads == 8
+
+
+@pytest.mark.parametrize("cls, kw, expected", [
+    ("LlamaConfig", dict(hidden_size=256, num_attention_heads=4, attention_bias=True),
+     dict(n_kv_heads=4, head_dim=64, bias="qkvo", rope_fraction=1.0)),
+    ("MistralConfig", dict(hidden_size=256, num_attention_heads=16), dict(n_kv_heads=8, bias="")),
+    ("Qwen2Config", dict(hidden_size=256, num_attention_heads=4, num_key_value_heads=2),
+     dict(bias="qkv")),
+    ("Qwen2MoeConfig", dict(hidden_size=256, num_attention_heads=4, num_key_value_heads=2),
+     dict(bias="qkv")),
+    ("Qwen3Config", dict(hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32),
+     dict(qk_norm="gain", head_dim=32)),
+    ("Gemma2Config", dict(hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32),
+     dict(n_kv_heads=2, bias="")),
+    ("Phi3Config", dict(hidden_size=256, num_attention_heads=4), dict(bias="", rope_fraction=1.0)),
+    ("FalconConfig", dict(hidden_size=256, num_attention_heads=4), dict(n_kv_heads=1, bias="")),
+    ("FalconConfig", dict(hidden_size=256, num_attention_heads=4, new_decoder_architecture=True,
+                          num_kv_heads=2, bias=True), dict(n_kv_heads=2, bias="qkvo")),
+    ("OlmoConfig", dict(hidden_size=256, num_attention_heads=4), dict(bias="")),
+    ("CohereConfig", dict(hidden_size=256, num_attention_heads=4), dict(rope_base=500000.0)),
+    ("Starcoder2Config", dict(hidden_size=256, num_attention_heads=4), dict(n_kv_heads=2, bias="qkvo")),
+    ("GPT2Config", dict(n_embd=256, n_head=4), dict(bias="qkvo", rope_fraction=0.0)),
+    ("BertConfig", dict(hidden_size=256, num_attention_heads=4), dict(bias="qkvo", causal=False)),
+    ("BertConfig", dict(hidden_size=256, num_attention_heads=4, is_decoder=True), dict(causal=True)),
+    ("OPTConfig", dict(hidden_size=256, num_attention_heads=4), dict(bias="qkvo", rope_fraction=0.0)),
+    ("GPTNeoConfig", dict(hidden_size=256, num_heads=4), dict(bias="o", rope_fraction=0.0)),
+    ("PersimmonConfig", dict(hidden_size=256, num_attention_heads=4, qk_layernorm=False),
+     dict(bias="qkvo", rope_fraction=0.5)),
+    ("GraniteConfig", dict(hidden_size=256, num_attention_heads=4), dict(bias="")),
+], ids=lambda x: x if isinstance(x, str) else None)
+def test_transformers_defaults_are_the_families_defaults(cls, kw, expected):
+    c = config_from_hf(t5dict(cls, **kw))
+    for key, value in expected.items():
+        assert getattr(c, key) == value, key
+
+
+def test_gemma3_local_and_global_bases_give_one_count():
+    data = t5dict("Gemma3TextConfig", hidden_size=512, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=64)
+    assert set(data["rope_parameters"]) == {"sliding_attention", "full_attention"}
+    c = config_from_hf(data)
+    assert c.qk_norm == "gain" and c.rope_base in (1e4, 1e6)
+
+
+# -- the older layouts, by hand ----------------------------------------------------------------
+
+@pytest.mark.parametrize("data, expected", [
+    ({"model_type": "phi", "hidden_size": 2560, "num_attention_heads": 32, "partial_rotary_factor": 0.4},
+     dict(rotary_dim=32)),
+    ({"model_type": "gpt_neox", "hidden_size": 2048, "num_attention_heads": 8, "rotary_pct": 0.25,
+      "rotary_emb_base": 10000}, dict(rotary_dim=64)),
+    ({"model_type": "phi", "hidden_size": 2560, "num_attention_heads": 32}, dict(rotary_dim=40)),
+    ({"model_type": "stablelm", "hidden_size": 2048, "num_attention_heads": 32, "use_qkv_bias": True,
+      "partial_rotary_factor": 0.25}, dict(bias="qkv", rotary_dim=16)),
+    ({"model_type": "glm", "hidden_size": 512, "num_attention_heads": 8, "head_dim": 64,
+      "attention_bias": True}, dict(bias="qkv", n_kv_heads=2)),
+    ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "rope_theta": 5e5,
+      "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, dict(rope_base=5e5)),
+    ({"model_type": "mistral", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "sliding_window": 4096}, dict(n_kv_heads=2)),
+    ({"model_type": "gemma2", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "head_dim": 16, "attn_logit_softcapping": 50.0}, dict(bias="")),
+], ids=lambda x: x.get("model_type") if isinstance(x, dict) and "model_type" in x else None)
+def test_old_layouts(data, expected):
+    c = config_from_hf(data)
+    for key, value in expected.items():
+        assert getattr(c, key) == value, key
 
 
 def test_explicit_head_dim_and_bias_flags():
     base = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}
-    assert AttentionConfig.from_hf({**base, "head_dim": 8}).head_dim == 8
-    assert AttentionConfig.from_hf({**base, "attention_bias": True}).bias == "qkvo"
-    assert AttentionConfig.from_hf({**base, "attention_bias": False}).bias == ""
-    assert AttentionConfig.from_hf({**base, "qkv_bias": True}).bias == "qkv"
-    assert AttentionConfig.from_hf({"model_type": "gpt2", "n_embd": 64, "n_head": 4}).rope_fraction == 0.0
+    assert config_from_hf({**base, "head_dim": 8}).head_dim == 8
+    assert config_from_hf({**base, "attention_bias": True}).bias == "qkvo"
+    assert config_from_hf({**base, "attention_bias": False}).bias == ""
+    assert config_from_hf({"model_type": "gpt2", "n_embd": 64, "n_head": 4}).rope_fraction == 0.0
 
+
+def test_family_override():
+    data = {"model_type": "my_llama", "hidden_size": 64, "num_attention_heads": 4, "rope_theta": 1e4}
+    with pytest.raises(ConfigError, match=re.escape("model_type 'my_llama' is not a family the reader "
+                                                    "knows; the attention function is never guessed")):
+        config_from_hf(data)
+    assert config_from_hf(data, family="llama") == AttentionConfig(d_model=64, n_heads=4,
+                                                                   rope_fraction=1.0, causal=True)
+    assert config_from_hf({"hidden_size": 64, "num_attention_heads": 4}, family="gpt2").bias == "qkvo"
+    with pytest.raises(ConfigError, match="family='llamma' is not a known family"):
+        config_from_hf(data, family="llamma")
+
+
+def test_family_table_lists_every_family():
+    rows = family_table()
+    assert [r["model_type"] for r in rows] == sorted(FAMILIES)
+    assert {r["model_type"]: r["biases"] for r in rows}["glm"] == "none; attention_bias -> qkv"
+    assert all(HARMLESS[k] for k in HARMLESS)
+
+
+# -- refusals ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, message", [
-    ("bloom_alibi.json", "bloom_alibi.json: ALiBi position biases are not represented by AttentionConfig"),
-    ("mpt_alibi.json", "mpt_alibi.json: ALiBi position biases are not represented"),
-    ("deepseek_v2_lite.json", "deepseek_v2_lite.json: latent K/V attention (kv_lora_rank) is not represented"),
+    ("bloom_alibi.json", "bloom_alibi.json: model_type 'bloom' is not a family the reader knows"),
+    ("mpt_alibi.json", "mpt_alibi.json: model_type 'custom' is not a family the reader knows"),
+    ("deepseek_v2_lite.json", "deepseek_v2_lite.json: family 'deepseek_v2' multi-head latent attention"),
     ("malformed.json", "config file 'malformed.json': not valid JSON (line 5, column 1"),
     ("unknown_field.json", "unknown_field.json: unknown field 'heads_per_group'"),
-    ("no_positions.json", "no_positions.json: cannot tell whether the model uses rotary or learned positions"),
+    ("no_positions.json", "no_positions.json: model_type 'mystery' is not a family the reader knows"),
 ])
 def test_refusals(name, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
-        AttentionConfig.from_file(DATA / name)
+        config_from_file(DATA / name)
+
+
+LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}
 
 
 @pytest.mark.parametrize("data, message", [
+    ({**LLAMA, "model_type": "bert", "position_embedding_type": "relative_key"},
+     "field 'position_embedding_type'='relative_key': relative position scores are not represented"),
+    ({**LLAMA, "model_type": "falcon", "alibi": True}, "ALiBi position biases are not represented"),
+    ({**LLAMA, "model_type": "olmo", "clip_qkv": 8.0}, "field 'clip_qkv'=8.0 clamps q, k, v"),
+    ({**LLAMA, "model_type": "olmoe"}, "family 'olmoe' normalises the whole projected q"),
+    ({**LLAMA, "model_type": "stablelm", "qk_layernorm": True},
+     "family 'stablelm' applies a LayerNorm (mean subtracted, with gain) to each head's q and k"),
+    ({**LLAMA, "model_type": "phi", "qk_layernorm": True}, "family 'phi' applies a LayerNorm"),
+    ({**LLAMA, "model_type": "persimmon"}, "family 'persimmon' applies a LayerNorm"),
+    ({**LLAMA, "model_type": "cohere", "use_qk_norm": True}, "family 'cohere' applies a LayerNorm"),
+    ({**LLAMA, "model_type": "gemma2", "attention_bias": True},
+     "field 'attn_logit_softcapping'=50.0 with a key bias"),
+    ({**LLAMA, "model_type": "smollm3"}, "field 'no_rope_layers' mixes layers with and without RoPE"),
+    ({**LLAMA, "attn_temperature": 2.0}, "field 'attn_temperature' is not read for this family and "
+                                         "could change the attention function; it is refused"),
+    ({**LLAMA, "sliding_window": 1}, "field 'sliding_window'=1 leaves each token only itself"),
+    ({**LLAMA, "rope_parameters": {"full_attention": {"rope_theta": 1e4, "partial_rotary_factor": 0.5},
+                                   "sliding_attention": {"rope_theta": 1e4}}},
+     None),
     ({"model_type": "llama", "num_attention_heads": 4}, "field 'hidden_size' is required"),
     ({"model_type": "llama", "hidden_size": 64}, "field 'num_attention_heads' is required"),
-    ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 5},
-     "d_model=64 must be divisible by n_heads=5"),
-    ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "partial_rotary_factor": 0.3},
-     "rope_fraction=0.3 times head_dim=16 = 4.8 must be an even integer"),
-    ({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 8, "num_key_value_heads": 3},
+    ({**LLAMA, "num_attention_heads": 5}, "d_model=64 must be divisible by n_heads=5"),
+    ({**LLAMA, "partial_rotary_factor": 0.3}, "rope_fraction=0.3 times head_dim=16 = 4.8 must be an even"),
+    ({**LLAMA, "num_attention_heads": 8, "num_key_value_heads": 3},
      "n_heads=8 must be divisible by n_kv_heads=3"),
-])
-def test_hf_values_are_validated(data, message):
-    with pytest.raises(ConfigError, match=re.escape(message)):
-        AttentionConfig.from_hf(data)
-
-
-@pytest.mark.parametrize("data, message", [
-    ({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2,
-      "partial_rotary_factor": "abc"}, "field 'partial_rotary_factor'='abc' must be a number"),
-    ({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "rope_theta": "x"},
-     "field 'rope_theta'='x' must be a number"),
-    ({"text_config": 5}, "field 'text_config' must be a JSON object"),
-    ({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "attention_bias": "yes"},
-     "field 'attention_bias'='yes' must be true or false"),
+    ({**LLAMA, "partial_rotary_factor": "abc"}, "field 'partial_rotary_factor'='abc' must be a finite number"),
+    ({**LLAMA, "rope_theta": "x"}, "field 'rope_theta'='x' must be a finite number"),
+    ({**LLAMA, "attention_bias": "yes"}, "field 'attention_bias'='yes' must be true or false"),
+    ({**LLAMA, "hidden_size": 64.5}, "field 'hidden_size'=64.5 must be an integer"),
+    ({"text_config": 5}, "field 'text_config' must be a JSON object (got int)"),
+    ({"model_type": "gemma3", "text_config": [1, 2]}, "field 'text_config' must be a JSON object (got list)"),
+    ({"model_type": "gemma3", "text_config": None}, "field 'text_config' must be a JSON object (got NoneType)"),
+    ({"model_type": "gemma3", "text_config": "x"}, "field 'text_config' must be a JSON object (got str)"),
+    ([1], "a Hugging Face config must be a JSON object"),
 ], ids=str)
-def test_malformed_hf_fields_are_refused_by_name(data, message):
+def test_refused_with_the_rule_named(data, message):
+    if message is None:     # one share per layer type: read; two different shares: refused
+        assert config_from_hf(data).rotary_dim == 8
+        data = {**data, "rope_parameters": {"a": {"partial_rotary_factor": 0.5},
+                                            "b": {"partial_rotary_factor": 0.25}}}
+        message = "layer types rotate different shares [0.25, 0.5]"
     with pytest.raises(ConfigError, match=re.escape(message)):
-        AttentionConfig.from_hf(data)
+        config_from_hf(data)
+
+
+def test_latent_attention_approximate_path():
+    base = json.loads((DATA / "deepseek_v2_lite.json").read_text())
+    assert approximation_note(base) is not None
+    c = config_from_hf(base, approximate=True)
+    assert (c.kv_latent, c.head_dim, c.value_dim) == (512, 128, 128)
+    with pytest.raises(ConfigError, match=re.escape("field 'num_attention_heads' is required")):
+        config_from_hf({k: v for k, v in base.items() if k != "num_attention_heads"}, approximate=True)
+    with pytest.raises(ConfigError, match=re.escape("field 'kv_lora_rank'=512.7 must be an integer")):
+        config_from_hf({**base, "kv_lora_rank": 512.7}, approximate=True)
 
 
 def test_non_utf8_config_file_is_refused(tmp_path):
     path = tmp_path / "latin1.json"
     path.write_bytes(b'{"d_model": 8, "bias": "\xe9"}')
     with pytest.raises(ConfigError, match="not UTF-8 text"):
-        AttentionConfig.from_file(path)
+        config_from_file(path)
