@@ -1,37 +1,48 @@
 """``python -m idlib``: closed-form counts (``count``) and their check by Jacobian rank (``verify``).
 
 A thin layer: parse the arguments, build an :class:`~idlib.config.AttentionConfig`, call
-:func:`idlib.counting.count` (and :func:`idlib.rank.measure`), print.  Exit codes: 0 success,
-1 ``verify`` disagrees with the closed form or its rank is not certified, 2 bad input (one line
-``idlib: error: ...`` on stderr, never a traceback).
+:func:`idlib.counting.count` (and :func:`idlib.rank.measure_until_certified`), print.  Exit
+codes: 0 success, 1 ``verify`` disagrees with the closed form or its rank is not certified,
+2 bad input.  Every failure is one line ``idlib: error: ...`` on stderr, never a traceback.
+
+Flags are data: ``LAYER_FLAGS`` (one row per AttentionConfig field) and ``VERIFY_FLAGS`` define
+every option once; add a row to add a flag.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
 import sys
-from dataclasses import fields
 from fractions import Fraction
-from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from .config import AttentionConfig, ConfigError
+from .attention import n_params
+from .certify import CERTIFY_GAP, check
+from .config import AttentionConfig, ConfigError, check_fields, read_json, show
+from .counting import count
+from .fastrank import applicable
+from .hf import HF_MARKERS, approximation_note, attention_fields_from_hf
+from .rank import (AUTO_DENSE_MAX_PARAMS, DENSE_FALLBACK_MAX_PARAMS, default_n_sequences,
+                   default_seq_len, measure_until_certified)
+from .studies.census import census_rows, format_census
 
 PROG = "idlib"
-DEFAULT_MAX_PARAMS = 6000           # dense route: a ~1.25 N x N Jacobian and its SVD
 STRUCTURED_MAX_PARAMS = 20000       # where idlib.fastrank applies (never forms the Jacobian)
 DEFAULT_ATTEMPTS = 8
 DEFAULT_SPREAD_FROM = 4
+MAX_SEED = 2 ** 63 - 1
 
 EPILOG = """\
 exit codes: 0 success; 1 verify disagrees with the closed form or the rank is not certified;
 2 bad input (one line 'idlib: error: ...' on stderr).
 
 --config FILE holds either AttentionConfig fields ({"d_model": 16, "n_heads": 4, ...}) or a
-Hugging Face config.json. Flags override what the file says; sizes the file leaves to their
-defaults (n_kv_heads = heads, head_dim = d_model / heads, value_dim = head_dim) are derived
-after the flags are applied, so '--config llama.json --heads 16' re-derives head_dim.
+Hugging Face config.json (a regular file or a pipe, at most 1 MiB, read once). Flags override
+what the file says; sizes the file leaves to their defaults (n_kv_heads = heads, head_dim =
+d_model / heads, value_dim = head_dim) are derived after the flags are applied, so
+'--config llama.json --heads 16' re-derives head_dim.
 
 JSON output (--json): one object with total, identified, unidentified (integers), ratio
 (unidentified / total, a float), components (name -> total / identified / unidentified) and
@@ -59,40 +70,86 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def integer(text: str) -> int:
+    """An argparse type: a decimal integer (its value is checked where it is used)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {show(text)}") from None
+
+
+def number(text: str) -> float:
+    """An argparse type: a decimal number."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {show(text)}") from None
+
+
+BOOL = dict(action=argparse.BooleanOptionalAction, default=None)
+# (group, AttentionConfig field, flag, argparse keywords): the one definition of every layer flag
+LAYER_FLAGS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
+    ("layer", "d_model", "--d-model", dict(type=integer, metavar="D", help="model width d")),
+    ("layer", "n_heads", "--heads", dict(type=integer, metavar="H", help="query heads (default 1)")),
+    ("layer", "n_kv_heads", "--kv-heads", dict(
+        type=integer, metavar="G", help="key/value heads, dividing H (default H; 1 = multi-query)")),
+    ("layer", "head_dim", "--head-dim", dict(
+        type=integer, metavar="K", help="query/key width per head (default d / H)")),
+    ("layer", "value_dim", "--value-dim", dict(
+        type=integer, metavar="V", help="value width per head (default K)")),
+    ("layer", "rope_fraction", "--rope-fraction", dict(
+        type=number, metavar="F", help="share of each query/key head rotated by RoPE, F*K even "
+                                       "(default 0)")),
+    ("layer", "rope_base", "--rope-base", dict(
+        type=number, metavar="B", help="RoPE base, theta_i = B^(-2i/r) (default 10000)")),
+    ("layer", "bias", "--bias", dict(
+        metavar="LETTERS", help="biases on a subset of q, k, v, o, e.g. qkv ('' or none: no biases)")),
+    ("layer", "causal", "--causal", dict(BOOL, help="causal mask (--no-causal overrides a file)")),
+    ("variants", "qk_norm", "--qk-norm", dict(
+        choices=("none", "plain", "gain"), help="RMS-normalise each head's queries and keys; gain: "
+                                                "with learned gains shared by the heads (default none)")),
+    ("variants", "kv_latent", "--kv-latent", dict(
+        type=integer, metavar="C", help="keys and values from a shared C-dim latent "
+                                        "(multi-head latent attention)")),
+    ("variants", "latent_norm", "--latent-norm", dict(
+        BOOL, help="RMS-normalise the latent (needs --kv-latent)")),
+    ("variants", "input_centered", "--input-centered", dict(
+        BOOL, help="inputs with zero mean over features (LayerNorm'd)")),
+    ("variants", "n_layers", "--layers", dict(
+        type=integer, metavar="L", help="a stack of L residual layers x + attn(x) (default 1)")),
+    ("variants", "kv_share", "--kv-share", dict(
+        type=integer, metavar="S", help="each run of S consecutive layers shares its K/V "
+                                        "projections (default 1)")),
+)
+FLAG_OF = {name: flag for _, name, flag, _ in LAYER_FLAGS}
+GROUP_TITLES = {"layer": "the attention layer (flags override --config)",
+                "variants": "variants (chapter 7)"}
+
+# (flag, argparse keywords; dest is the flag's name): the options of verify only
+VERIFY_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("--seed", dict(type=integer, default=0, metavar="S",
+                    help=f"seed of the random parameters and inputs, 0..{MAX_SEED} (default 0)")),
+    ("--attempts", dict(type=integer, default=DEFAULT_ATTEMPTS, metavar="N",
+                        help="if the rank is not certified, measure again at seeds S+1, S+2, ... "
+                             f"(at most N measurements in all; default {DEFAULT_ATTEMPTS})")),
+    ("--spread-from", dict(type=integer, default=DEFAULT_SPREAD_FROM, metavar="I",
+                           help="from the I-th retry on (0 = the first measurement) double the "
+                                "query/key weights of the random point, which conditions layers "
+                                f"of many tiny heads far better (default {DEFAULT_SPREAD_FROM})")),
+    ("--max-params", dict(type=integer, default=None, metavar="N",
+                          help="refuse to measure layers with more parameters (default "
+                               f"{STRUCTURED_MAX_PARAMS} where the structured rank engine applies, "
+                               f"else {DENSE_FALLBACK_MAX_PARAMS}: a ~1.25 N x N dense Jacobian); "
+                               "layers whose Jacobian would not fit in memory are refused anyway")),
+)
+
+
 def _add_config_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("the attention layer (flags override --config)")
-    g.add_argument("--config", metavar="FILE",
-                   help="JSON file: AttentionConfig fields or a Hugging Face config.json")
-    g.add_argument("--d-model", type=int, metavar="D", dest="d_model", help="model width d")
-    g.add_argument("--heads", type=int, metavar="H", dest="n_heads", help="query heads (default 1)")
-    g.add_argument("--kv-heads", type=int, metavar="G", dest="n_kv_heads",
-                   help="key/value heads, dividing H (default H; 1 = multi-query)")
-    g.add_argument("--head-dim", type=int, metavar="K", dest="head_dim",
-                   help="query/key width per head (default d / H)")
-    g.add_argument("--value-dim", type=int, metavar="V", dest="value_dim",
-                   help="value width per head (default K)")
-    g.add_argument("--rope-fraction", type=float, metavar="F", dest="rope_fraction",
-                   help="share of each query/key head rotated by RoPE, F*K even (default 0)")
-    g.add_argument("--rope-base", type=float, metavar="B", dest="rope_base",
-                   help="RoPE base, theta_i = B^(-2i/r) (default 10000)")
-    g.add_argument("--bias", metavar="LETTERS", dest="bias",
-                   help="biases on a subset of q, k, v, o, e.g. qkv ('' or none: no biases)")
-    g.add_argument("--causal", action=argparse.BooleanOptionalAction, default=None,
-                   help="causal mask (--no-causal overrides a file)")
-    v = p.add_argument_group("variants (chapter 7)")
-    v.add_argument("--qk-norm", choices=("none", "plain", "gain"), dest="qk_norm",
-                   help="RMS-normalise each head's queries and keys; gain: with learned gains "
-                        "shared by the heads (default none)")
-    v.add_argument("--kv-latent", type=int, metavar="C", dest="kv_latent",
-                   help="keys and values from a shared C-dim latent (multi-head latent attention)")
-    v.add_argument("--latent-norm", action=argparse.BooleanOptionalAction, default=None,
-                   dest="latent_norm", help="RMS-normalise the latent (needs --kv-latent)")
-    v.add_argument("--input-centered", action=argparse.BooleanOptionalAction, default=None,
-                   dest="input_centered", help="inputs with zero mean over features (LayerNorm'd)")
-    v.add_argument("--layers", type=int, metavar="L", dest="n_layers",
-                   help="a stack of L residual layers x + attn(x) (default 1)")
-    v.add_argument("--kv-share", type=int, metavar="S", dest="kv_share",
-                   help="each run of S consecutive layers shares its K/V projections (default 1)")
+    groups = {key: p.add_argument_group(title) for key, title in GROUP_TITLES.items()}
+    groups["layer"].add_argument("--config", metavar="FILE",
+                                 help="JSON file: AttentionConfig fields or a Hugging Face config.json")
+    for group, name, flag, kw in LAYER_FLAGS:
+        groups[group].add_argument(flag, dest=name, **kw)
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -108,19 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_verify = sub.add_parser("verify", help="count, then measure the Jacobian rank and compare",
                               formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     _add_config_options(p_verify)
-    p_verify.add_argument("--seed", type=int, default=0, metavar="S",
-                          help="seed of the random parameters and inputs (default 0)")
-    p_verify.add_argument("--attempts", type=int, default=DEFAULT_ATTEMPTS, metavar="N",
-                          help="if the rank is not certified, measure again at seeds S+1, S+2, ... "
-                               f"(at most N measurements in all; default {DEFAULT_ATTEMPTS})")
-    p_verify.add_argument("--spread-from", type=int, default=DEFAULT_SPREAD_FROM, metavar="I",
-                          help="from the I-th retry on (0 = the first measurement) double the "
-                               "query/key weights of the random point, which conditions layers "
-                               f"of many tiny heads far better (default {DEFAULT_SPREAD_FROM})")
-    p_verify.add_argument("--max-params", type=int, default=None, metavar="N",
-                          help="refuse to measure layers with more parameters (default "
-                               f"{STRUCTURED_MAX_PARAMS} where the structured rank engine applies, "
-                               f"else {DEFAULT_MAX_PARAMS}: a ~1.25 N x N dense Jacobian)")
+    for flag, kw in VERIFY_FLAGS:
+        p_verify.add_argument(flag, **kw)
     p_census = sub.add_parser("census", help="the census of published models (chapter 8)")
     p_census.add_argument("--json", action="store_true", help="print one JSON list of rows")
     return parser
@@ -128,51 +174,35 @@ def build_parser() -> argparse.ArgumentParser:
 
 # -- building the config -------------------------------------------------------------------
 
-FIELD_NAMES = tuple(f.name for f in fields(AttentionConfig))
-FLAG_OF = {"d_model": "--d-model", "n_heads": "--heads", "n_kv_heads": "--kv-heads",
-           "head_dim": "--head-dim", "value_dim": "--value-dim", "rope_fraction": "--rope-fraction",
-           "rope_base": "--rope-base", "bias": "--bias", "causal": "--causal",
-           "qk_norm": "--qk-norm", "kv_latent": "--kv-latent", "latent_norm": "--latent-norm",
-           "input_centered": "--input-centered", "n_layers": "--layers", "kv_share": "--kv-share"}
+def file_fields(path: str, family: str | None = None) -> dict[str, Any]:
+    """The AttentionConfig fields a config file sets explicitly (the file is read once).
 
-
-def _explicit_file_fields(path: str) -> dict[str, Any]:
-    """The AttentionConfig fields a config file sets explicitly (None = left to its default).
-
-    AttentionConfig.from_file validates the file first (its errors are the messages shown).
+    A Hugging Face config (``family`` names its family when its model_type is unknown) that is
+    refused but has an approximation (``idlib.hf``) is counted approximately, with a note on stderr.
     """
-    from .hf import approximation_note, attention_fields_from_hf
-
+    data, name = read_json(path)
+    if not (isinstance(data, dict) and (family is not None or any(k in data for k in HF_MARKERS))):
+        return check_fields(data, name)
+    note = approximation_note(data, family)
     try:
-        AttentionConfig.from_file(path)
-        approximate = False
-    except ConfigError as refusal:
         try:
-            note = approximation_note(json.loads(Path(path).read_text()))
-        except (OSError, ValueError):
-            raise refusal from None
-        if note is None:
+            fields_ = attention_fields_from_hf(data, name, family=family)
+        except ConfigError:
+            if note is None:
+                raise
+            print(f"{PROG}: note: {name} is counted approximately: {note}", file=sys.stderr)
+            fields_ = attention_fields_from_hf(data, name, approximate=True, family=family)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        if isinstance(e, ConfigError):
             raise
-        print(f"{PROG}: note: {Path(path).name} is counted approximately: {note}", file=sys.stderr)
-        approximate = True
-    data = json.loads(Path(path).read_text())
-    if set(data) <= set(FIELD_NAMES):          # from_file read it as AttentionConfig fields
-        return dict(data)
-    fields_ = attention_fields_from_hf(data, Path(path).name, approximate)
+        raise ConfigError(f"config file {name!r}: not a readable Hugging Face config "
+                          f"({type(e).__name__}: {e})") from None
     return {k: v for k, v in fields_.items() if v is not None}
 
 
 def config_from_args(args: argparse.Namespace) -> AttentionConfig:
     """The layer the arguments describe (raises ConfigError / UsageError on bad input)."""
-    values: dict[str, Any] = {}
-    if args.config is not None:
-        try:
-            values = _explicit_file_fields(args.config)
-        except ConfigError:
-            raise
-        except Exception as e:  # a malformed file must still give one line, not a traceback
-            raise ConfigError(f"config file {args.config!r}: cannot be interpreted "
-                              f"({type(e).__name__}: {e})") from None
+    values = {} if args.config is None else file_fields(args.config)
     for name in FLAG_OF:
         value = getattr(args, name)
         if value is not None:
@@ -184,6 +214,60 @@ def config_from_args(args: argparse.Namespace) -> AttentionConfig:
     return AttentionConfig(**values)
 
 
+def available_memory() -> int:
+    """Bytes of memory available now (MemAvailable; the physical memory where that is unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def measurement_bytes(config: AttentionConfig) -> int:
+    """An estimate of the memory ``measure`` needs (float64), before anything is built.
+
+    Dense route: J (rows x P, rows = B n d) and the SVD's copy of it, plus a min(rows, P)^2
+    workspace.  Structured route (idlib.fastrank): per group a (B n m v) x P_g Jacobian, three
+    copies, and P x U lifted kernel columns (U <= P).  "auto" may take both.
+    """
+    P, n = n_params(config), default_seq_len(config)
+    B = default_n_sequences(config, n)
+    rows = B * n * config.d_model
+    dense = 8 * (2 * rows * P + min(rows, P) ** 2)
+    if applicable(config) is not None or P <= AUTO_DENSE_MAX_PARAMS:
+        return dense
+    per_group = B * n * config.group_size * config.value_dim * (P // config.n_kv_heads + 1)
+    structured = 8 * (3 * per_group + P * P)
+    return max(structured, dense) if P <= DENSE_FALLBACK_MAX_PARAMS else structured
+
+
+def check_verify_args(args: argparse.Namespace, config: AttentionConfig) -> None:
+    """Refuse verify options out of range, and layers too large to measure (UsageError)."""
+    if args.attempts < 1:
+        raise UsageError(f"--attempts={show(args.attempts)} must be at least 1")
+    if args.spread_from < 0:
+        raise UsageError(f"--spread-from={show(args.spread_from)} must be at least 0")
+    if not 0 <= args.seed <= MAX_SEED - args.attempts + 1:
+        raise UsageError(f"--seed={show(args.seed)} must be in 0..{MAX_SEED} (with --attempts="
+                         f"{show(args.attempts)}: at most {MAX_SEED - args.attempts + 1})")
+    if args.max_params is None:
+        args.max_params = (STRUCTURED_MAX_PARAMS if applicable(config) is None
+                           else DENSE_FALLBACK_MAX_PARAMS)
+    if args.max_params < 1:
+        raise UsageError(f"--max-params={show(args.max_params)} must be at least 1")
+    P = n_params(config)
+    if P > args.max_params:
+        raise UsageError(f"the layer has {P} parameters, more than --max-params={args.max_params} "
+                         "(raise --max-params to insist)")
+    need, have = measurement_bytes(config), available_memory()
+    if need > have:
+        raise UsageError(f"measuring the layer's {P} parameters needs about {need / 1e9:.3g} GB "
+                         f"(Jacobian and SVD), more than the {have / 1e9:.3g} GB available")
+
+
 # -- output --------------------------------------------------------------------------------
 
 def _finite_or_none(x: float) -> float | None:
@@ -191,18 +275,13 @@ def _finite_or_none(x: float) -> float | None:
 
 
 def count_report(config: AttentionConfig) -> dict[str, Any]:
-    from .counting import count
-
-    c = count(config)
-    out = c.to_dict()
+    out = count(config).to_dict()
     out["config"] = config.to_dict()
     return out
 
 
 def verify_report(config: AttentionConfig, seed: int, attempts: int = 1,
                   spread_from: int | None = None) -> dict[str, Any]:
-    from .studies.sweep import measure_until_certified
-
     out = count_report(config)
     m, tries = measure_until_certified(config, seed, attempts, spread_from)
     gap = _finite_or_none(m.gap)
@@ -212,7 +291,7 @@ def verify_report(config: AttentionConfig, seed: int, attempts: int = 1,
                         "log10_gap": None if gap is None else (math.log10(gap) if gap > 0 else None),
                         "certified": bool(m.certified), "seed": tries[-1]["seed"],
                         "attempts": [dict(t, gap=_finite_or_none(t["gap"])) for t in tries]}
-    out["agrees"] = bool(m.certified and m.n_params == out["total"] and m.rank == out["identified"])
+    out["agrees"] = check(config, m, tries).agrees
     return out
 
 
@@ -241,7 +320,6 @@ def _scale_note(attempt: dict[str, Any]) -> str:
 
 
 def format_verify(report: dict[str, Any]) -> str:
-    from .rank import CERTIFY_GAP
     n = report["numerical"]
     gap = "inf" if n["gap"] is None else f"{n['gap']:.3e}"
     status = "certified" if n["certified"] else f"NOT certified (gap < {CERTIFY_GAP:g})"
@@ -267,46 +345,35 @@ def _fail(message: str) -> int:
     return 2
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-        if args.command is None:
-            raise UsageError("a command is required: count, verify or census (see --help)")
-        if args.command == "census":
-            from .studies.census import census_rows, format_census
-            rows = census_rows()
-            print(json.dumps(rows, allow_nan=False) if args.json else format_census(rows))
-            return 0
-        config = config_from_args(args)
-        if args.command == "verify":
-            from .attention import n_params
-            from .fastrank import applicable
-            if args.max_params is None:
-                args.max_params = (STRUCTURED_MAX_PARAMS if applicable(config) is None
-                                   else DEFAULT_MAX_PARAMS)
-            if args.max_params < 1:
-                raise UsageError(f"--max-params={args.max_params} must be at least 1")
-            if args.attempts < 1:
-                raise UsageError(f"--attempts={args.attempts} must be at least 1")
-            if args.spread_from < 0:
-                raise UsageError(f"--spread-from={args.spread_from} must be at least 0")
-            if n_params(config) > args.max_params:
-                dense = (f"measuring it densely needs a ~{1.25 * n_params(config) ** 2 * 8 / 1e9:.1f} GB"
-                         " Jacobian" if applicable(config) else "the structured rank engine was "
-                         "benchmarked up to 16,384 parameters")
-                raise UsageError(
-                    f"the layer has {n_params(config)} parameters, more than --max-params="
-                    f"{args.max_params}; {dense} (raise --max-params to insist)")
-    except (UsageError, ConfigError) as e:
-        return _fail(str(e))
-
+def run(args: argparse.Namespace) -> int:
+    """Run a parsed command; bad input raises UsageError / ConfigError (exit 2 in ``main``)."""
+    if args.command is None:
+        raise UsageError("a command is required: count, verify or census (see --help)")
+    if args.command == "census":
+        rows = census_rows()
+        print(json.dumps(rows, allow_nan=False) if args.json else format_census(rows))
+        return 0
+    config = config_from_args(args)
     if args.command == "count":
         report = count_report(config)
         print(json.dumps(report, allow_nan=False) if args.json else
               _config_line(config) + "\n" + format_count(report))
         return 0
+    count(config)                     # a layer whose count is not derived: refused before measuring
+    check_verify_args(args, config)
     report = verify_report(config, args.seed, args.attempts, args.spread_from)
     print(json.dumps(report, allow_nan=False) if args.json else
           _config_line(config) + "\n" + format_verify(report))
     return 0 if report["agrees"] else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line: 0 success, 1 verify disagrees / not certified, 2 bad input (one line)."""
+    try:
+        return run(build_parser().parse_args(argv))
+    except (UsageError, ConfigError) as e:
+        return _fail(str(e))
+    except MemoryError:
+        return _fail("out of memory (try a smaller layer)")
+    except (OverflowError, RecursionError) as e:
+        return _fail(f"input too large to process ({type(e).__name__}: {e})")

@@ -16,40 +16,127 @@ Variants (chapter 7; every one defaults to the plain layer above):
 * ``n_layers`` L, ``kv_share`` S: a stack of L residual layers x + attn(x); each run of S
   consecutive layers shares one set of key/value projections (cross-layer attention).
 
-Combinations whose count is not derived are refused with a ConfigError naming the rule.
+Validation is data: ``RULES`` gives every field's type and range (one line each); the rules
+that tie fields into a layer follow in ``__post_init__``.  A valid layer need not have a derived
+count: the rules saying which layers do live beside the formulas, ``idlib.counting.check_derived``
+(``count`` refuses the others with a ConfigError).
+NumPy scalars are accepted as their Python values.  Every invalid value raises ConfigError
+(one line naming the field and the rule).
+
+Reading files: ``read_json`` reads a config file once (regular files and pipes, at most
+``MAX_CONFIG_BYTES``).  Hugging Face configs are read by ``idlib.hf`` (``config_from_hf``,
+``config_from_file``), which imports this module, never the other way round.
 """
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, fields
+import os
+import stat
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 class ConfigError(ValueError):
     """A configuration that breaks a rule; the message names the field and the rule."""
 
 
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+MAX_SIZE = 2 ** 53              # integer sizes above this cannot be counted as floats can hold them
+MAX_CONFIG_BYTES = 1 << 20      # a config file larger than 1 MiB is refused unread
+BIAS_LETTERS = "qkvo"
+QK_NORMS = ("none", "plain", "gain")
+DERIVED = ("n_kv_heads", "head_dim", "value_dim")   # fields whose default is derived from others
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if not _is_int(value):
-        raise ConfigError(f"{name}={value!r} must be an integer")
-    if value < 1:
-        raise ConfigError(f"{name}={value} must be at least 1")
+def show(value: Any) -> str:
+    """repr of a value for a one-line message (huge integers by their size, not their digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10 ** 30:
+        return f"{'-' if value < 0 else ''}<an integer of {abs(value).bit_length()} bits>"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def plain(value: Any) -> Any:
+    """A NumPy scalar (np.int64, np.float32, np.bool_, np.str_) as its Python value; else itself."""
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
+        return value.item()
     return value
 
 
-BIAS_LETTERS = "qkvo"
-QK_NORMS = ("none", "plain", "gain")
+# -- the rules, as data: field -> (check returning the normalised value, rule text) ----------
+
+def _integer(name: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(f"{name}={show(value)} must be an integer")
+    if value < 1:
+        raise ConfigError(f"{name}={show(value)} must be at least 1")
+    if value > MAX_SIZE:
+        raise ConfigError(f"{name}={show(value)} must be at most 2**53 = {MAX_SIZE} "
+                          "(larger sizes have no meaningful count)")
+    return value
+
+
+def _fraction(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name}={show(value)} must be a number in [0, 1]")
+    if not (0 <= value <= 1):
+        raise ConfigError(f"{name}={show(value)} must be in [0, 1]")
+    return float(value)
+
+
+def _base(name: str, value: Any) -> float:
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0
+    try:
+        ok = ok and math.isfinite(float(value))
+    except OverflowError:                       # an int beyond the float range
+        ok = False
+    if not ok:
+        raise ConfigError(f"{name}={show(value)} must be a positive finite number")
+    return float(value)
+
+
+def _letters(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{name}={show(value)} must be a string of letters from 'qkvo'")
+    bad = sorted(set(value) - set(BIAS_LETTERS))
+    if bad:
+        raise ConfigError(
+            f"{name}={show(value)} may contain only the letters q, k, v, o (got {''.join(bad)!r})")
+    if len(set(value)) != len(value):
+        raise ConfigError(f"{name}={show(value)} repeats a letter")
+    return "".join(c for c in BIAS_LETTERS if c in value)
+
+
+def _boolean(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name}={show(value)} must be true or false")
+    return value
+
+
+def _qk_norm(name: str, value: Any) -> str:
+    if not isinstance(value, str) or value not in QK_NORMS:
+        raise ConfigError(f"{name}={show(value)} must be one of {', '.join(QK_NORMS)}")
+    return value
+
+
+Check = Callable[[str, Any], Any]
+# every field's type and range; None (a derived default, or no latent) skips the check
+RULES: dict[str, Check] = {
+    "d_model": _integer, "n_heads": _integer, "n_kv_heads": _integer, "head_dim": _integer,
+    "value_dim": _integer, "rope_fraction": _fraction, "rope_base": _base, "bias": _letters,
+    "causal": _boolean, "qk_norm": _qk_norm, "kv_latent": _integer, "latent_norm": _boolean,
+    "input_centered": _boolean, "n_layers": _integer, "kv_share": _integer,
+}
 
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    """One self-attention layer (see the module docstring for the fields' meaning)."""
+    """One self-attention layer (see the module docstring for the fields' meaning).
+
+    ``n_kv_heads`` (default H), ``head_dim`` (default d / H) and ``value_dim`` (default k) are
+    derived when not given; ``replace`` derives them again unless they were given explicitly.
+    """
 
     d_model: int
     n_heads: int = 1
@@ -69,11 +156,14 @@ class AttentionConfig:
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
-        _positive_int("d_model", self.d_model)
-        _positive_int("n_heads", self.n_heads)
+        set_("_explicit", frozenset(n for n in DERIVED if getattr(self, n) is not None))
+        for name, check in RULES.items():
+            value = plain(getattr(self, name))
+            if value is not None or name not in DERIVED + ("kv_latent",):
+                set_(name, check(name, value))
+        # -- the fields must describe a layer -----------------------------------------------
         if self.n_kv_heads is None:
             set_("n_kv_heads", self.n_heads)
-        _positive_int("n_kv_heads", self.n_kv_heads)
         if self.n_kv_heads > self.n_heads or self.n_heads % self.n_kv_heads:
             raise ConfigError(
                 f"n_heads={self.n_heads} must be divisible by n_kv_heads={self.n_kv_heads}")
@@ -83,98 +173,22 @@ class AttentionConfig:
                     f"d_model={self.d_model} must be divisible by n_heads={self.n_heads} "
                     "when head_dim is not given")
             set_("head_dim", self.d_model // self.n_heads)
-        _positive_int("head_dim", self.head_dim)
         if self.value_dim is None:
             set_("value_dim", self.head_dim)
-        _positive_int("value_dim", self.value_dim)
-
-        if isinstance(self.rope_fraction, bool) or not isinstance(self.rope_fraction, (int, float)):
-            raise ConfigError(f"rope_fraction={self.rope_fraction!r} must be a number in [0, 1]")
-        if not (0.0 <= self.rope_fraction <= 1.0):
-            raise ConfigError(f"rope_fraction={self.rope_fraction} must be in [0, 1]")
         rot = self.rope_fraction * self.head_dim
-        if abs(rot - round(rot)) > 1e-9 or round(rot) % 2:
+        if abs(rot - round(rot)) > max(1e-9, 4 * math.ulp(rot)) or round(rot) % 2:
             raise ConfigError(
                 f"rope_fraction={self.rope_fraction} times head_dim={self.head_dim} "
                 f"= {rot:g} must be an even integer (RoPE rotates pairs of dimensions)")
-        set_("rope_fraction", float(self.rope_fraction))
-        if self.rotary_dim and self.head_dim > self.d_model:
-            raise ConfigError(
-                f"head_dim={self.head_dim} must be at most d_model={self.d_model} when "
-                "rope_fraction > 0 (the count for a rotary head wider than the model is not derived)")
-        if isinstance(self.rope_base, bool) or not isinstance(self.rope_base, (int, float)) \
-                or not math.isfinite(self.rope_base) or self.rope_base <= 0:
-            raise ConfigError(f"rope_base={self.rope_base!r} must be a positive finite number")
-        set_("rope_base", float(self.rope_base))
-
-        if not isinstance(self.bias, str):
-            raise ConfigError(f"bias={self.bias!r} must be a string of letters from 'qkvo'")
-        bad = sorted(set(self.bias) - set(BIAS_LETTERS))
-        if bad:
-            raise ConfigError(
-                f"bias={self.bias!r} may contain only the letters q, k, v, o (got {''.join(bad)!r})")
-        if len(set(self.bias)) != len(self.bias):
-            raise ConfigError(f"bias={self.bias!r} repeats a letter")
-        set_("bias", "".join(c for c in BIAS_LETTERS if c in self.bias))
-        if not isinstance(self.causal, bool):
-            raise ConfigError(f"causal={self.causal!r} must be true or false")
-        self._validate_variants()
-
-    def _validate_variants(self) -> None:
-        for name in ("latent_norm", "input_centered"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{name}={getattr(self, name)!r} must be true or false")
-        if self.qk_norm not in QK_NORMS:
-            raise ConfigError(f"qk_norm={self.qk_norm!r} must be one of {', '.join(QK_NORMS)}")
         if self.input_centered and self.d_model < 2:
             raise ConfigError(f"input_centered=True needs d_model >= 2 (got {self.d_model}: "
                               "a centred 1-dim input is always zero)")
-        d_in = self.input_dim
-        if self.rotary_dim and self.input_centered and self.head_dim > d_in:
-            raise ConfigError(
-                f"head_dim={self.head_dim} must be at most d_model - 1 = {d_in} when "
-                "rope_fraction > 0 and input_centered=True (the count is not derived)")
-        if self.qk_norm != "none":
-            if self.head_dim < 2:
-                raise ConfigError(f"qk_norm={self.qk_norm!r} needs head_dim >= 2 (a normalised "
-                                  "1-dim head is a sign; its count is not derived)")
-            if self.head_dim > d_in:
-                raise ConfigError(
-                    f"qk_norm={self.qk_norm!r} needs head_dim={self.head_dim} at most the input "
-                    f"dimension {d_in} (d_model{' - 1, input_centered' if self.input_centered else ''}"
-                    "); the count for a wider normalised head is not derived")
-        C = self.kv_latent
-        if C is not None:
-            _positive_int("kv_latent", C)
-            if self.rotary_dim and self.head_dim > C:
-                raise ConfigError(
-                    f"head_dim={self.head_dim} must be at most kv_latent={C} when rope_fraction > 0 "
-                    "(the count for a rotary head wider than the latent is not derived)")
-            if self.qk_norm != "none" and self.head_dim > C:
-                raise ConfigError(
-                    f"qk_norm={self.qk_norm!r} needs head_dim={self.head_dim} at most kv_latent={C} "
-                    "(the count for a normalised head wider than the latent is not derived)")
-            if self.latent_norm and not (2 <= C <= d_in):
-                raise ConfigError(
-                    f"latent_norm=True needs 2 <= kv_latent <= {d_in} (the input dimension; got "
-                    f"kv_latent={C}): the count for other latent widths is not derived")
-        elif self.latent_norm:
+        if self.latent_norm and self.kv_latent is None:
             raise ConfigError("latent_norm=True needs kv_latent (there is no latent to normalise)")
-        _positive_int("n_layers", self.n_layers)
-        _positive_int("kv_share", self.kv_share)
         if self.n_layers % self.kv_share:
-            raise ConfigError(
-                f"kv_share={self.kv_share} must divide n_layers={self.n_layers}")
-        if self.n_layers > 1:
-            if C is not None:
-                raise ConfigError("kv_latent with n_layers > 1 is not derived (use one layer)")
-            if self.input_centered:
-                raise ConfigError("input_centered=True with n_layers > 1 is not derived (only the "
-                                  "first layer of a residual stack sees centred inputs)")
-            if self.has_bias("v") or self.has_bias("o"):
-                raise ConfigError(
-                    f"bias={self.bias!r} with n_layers > 1: value and output biases (letters v, o) "
-                    "shift the residual stream between layers; that count is not derived")
+            raise ConfigError(f"kv_share={self.kv_share} must divide n_layers={self.n_layers}")
+        if self.n_layers > 1 and self.kv_latent is not None:   # param_shapes has no stacked latent
+            raise ConfigError("kv_latent with n_layers > 1 is not derived (use one layer)")
 
     # -- derived sizes -------------------------------------------------------------------
     @property
@@ -200,67 +214,74 @@ class AttentionConfig:
     def has_bias(self, letter: str) -> bool:
         return letter in self.bias
 
+    def explicit(self) -> dict[str, Any]:
+        """The fields as given: derived defaults (n_kv_heads, head_dim, value_dim) left out
+        unless they were given explicitly."""
+        return {k: v for k, v in self.to_dict().items()
+                if k not in DERIVED or k in self._explicit}  # type: ignore[attr-defined]
+
     def replace(self, **changes: Any) -> "AttentionConfig":
-        """A copy with some fields changed (validated again)."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values.update(changes)
-        return AttentionConfig(**values)
+        """A copy with some fields changed (validated again; derived defaults derived again)."""
+        return AttentionConfig(**(self.explicit() | changes))
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
-    # -- reading configs -----------------------------------------------------------------
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> "AttentionConfig":
+    def from_dict(cls, data: Any, source: str = "config") -> "AttentionConfig":
         """Build from a dict of AttentionConfig fields; unknown fields are refused."""
-        if not isinstance(data, dict):
-            raise ConfigError(f"{source}: must be a JSON object of AttentionConfig fields")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(
-                f"{source}: unknown field {unknown[0]!r} (known fields: {', '.join(sorted(known))})")
-        if "d_model" not in data:
-            raise ConfigError(f"{source}: field 'd_model' is required")
-        return cls(**data)
-
-    @classmethod
-    def from_hf(cls, source: str | Path | dict[str, Any], approximate: bool = False) -> "AttentionConfig":
-        """Read a Hugging Face style config.json (a path or an already-parsed dict).
-
-        Architectures the layer model cannot represent are refused, unless ``approximate``
-        (then ``idlib.hf.approximation_note`` says what the approximation leaves out).
-        """
-        data, name = _load_json(source)
-        return cls(**_hf_fields(data, name, approximate))
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> "AttentionConfig":
-        """A JSON file holding either AttentionConfig fields or a Hugging Face config."""
-        data, name = _load_json(path)
-        if isinstance(data, dict) and any(k in data for k in ("hidden_size", "n_embd", "model_type")):
-            return cls(**_hf_fields(data, name))
-        return cls.from_dict(data, name)
+        return cls(**check_fields(data, source))
 
 
-def _hf_fields(data: Any, name: str, approximate: bool = False) -> dict[str, Any]:
-    from .hf import attention_fields_from_hf
-    return attention_fields_from_hf(data, name, approximate)
+def check_fields(data: Any, source: str = "config") -> dict[str, Any]:
+    """``data`` as AttentionConfig keyword arguments: a dict, known fields only, d_model given."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: must be a JSON object of AttentionConfig fields")
+    known = [f.name for f in fields(AttentionConfig)]
+    unknown = sorted(str(k) for k in set(data) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown field {show(unknown[0])} (known fields: {', '.join(sorted(known))})")
+    if "d_model" not in data:
+        raise ConfigError(f"{source}: field 'd_model' is required")
+    return dict(data)
 
 
-def _load_json(source: str | Path | dict[str, Any]) -> tuple[Any, str]:
-    if isinstance(source, dict):
-        return source, "config"
-    path = Path(source)
+# -- reading config files -------------------------------------------------------------------
+
+def read_json(source: str | os.PathLike) -> tuple[Any, str]:
+    """(parsed JSON, display name) of a config file, read once.
+
+    Regular files and pipes (``<(cat f)``, ``/dev/stdin``) of at most MAX_CONFIG_BYTES bytes;
+    anything else (a directory, ``/dev/zero``) is refused with a ConfigError.
+    """
+    if not isinstance(source, (str, os.PathLike)):
+        raise ConfigError(f"config file {show(source)}: must be a path")
+    text_path = os.fspath(source)
+    if not isinstance(text_path, str) or not text_path.strip():
+        raise ConfigError("config file path is empty (give the path of a JSON file)")
+    path = Path(text_path)
+    name = path.name or text_path
     try:
-        text = path.read_text()
+        with open(path, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+                raise ConfigError(f"config file {name!r}: not a regular file or a pipe")
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as e:
-        raise ConfigError(f"config file {str(path)!r}: cannot be read ({e.strerror})") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"config file {path.name!r}: not UTF-8 text") from None
+        raise ConfigError(f"config file {text_path!r}: cannot be read ({e.strerror})") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {name!r}: larger than {MAX_CONFIG_BYTES} bytes "
+                          "(a config is a few hundred)")
     try:
-        return json.loads(text), path.name
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {name!r}: not UTF-8 text") from None
+    try:
+        return json.loads(text), name
     except json.JSONDecodeError as e:
         raise ConfigError(
-            f"config file {path.name!r}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})"
+            f"config file {name!r}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})"
         ) from None
+    except RecursionError:
+        raise ConfigError(f"config file {name!r}: JSON nested too deeply") from None

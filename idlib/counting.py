@@ -30,16 +30,19 @@ query heads per key/value group and set:
 """
 from __future__ import annotations
 
-import cmath
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
 
-from .config import AttentionConfig
+from .attention import rope_frequencies
+from .config import AttentionConfig, ConfigError
 
-COMPONENTS = ("qk", "vo", "latent", "b_Q", "b_K", "b_V", "b_O", "g_QK")
-
+ROTATION_TOL = 1e-9             # two rotations are one class when |e^{i theta} - e^{i theta'}| < this
+MAX_TABULATED_PLANES = 1 << 22  # frequencies held as a tensor (explicit, or a base below 1)
+CLOSED_FORM_PLANES = 1 << 12    # standard frequencies beyond this many planes: classes in closed form
+MAX_CLASS_SIZES = 20_000       # distinct class sizes the closed form walks through (standard RoPE)
 
 @dataclass(frozen=True)
 class ComponentCount:
@@ -100,31 +103,121 @@ def factor_fiber(a: int, b: int, k: int, m: int) -> int:
     return b * k + m * a * (k - b)
 
 
+# -- rotation classes ------------------------------------------------------------------------
+# The offset-1 rotation R(1) has, per plane i, the eigenvalues e^{+-i theta_i}.  Planes whose
+# eigenvalues agree up to conjugation (|z - w| < ROTATION_TOL or |z - conj w| < ROTATION_TOL) form
+# one class: with phi = the angle reduced to [0, pi], |z - w| = 2 sin(|phi - phi'| / 2), so a
+# class is a run of sorted reduced angles within DELTA = 2 asin(tol / 2) of its largest (its
+# representative).  Angles within DELTA of 0 (of pi) have eigenvalue +1 (-1).
+# Classes = (Counter {multiplicity mu: number of classes}, dims with eigenvalue +1, with -1).
+Classes = tuple[Counter, int, int]
+
+
+def _delta(tol: float) -> float:
+    return 2.0 * math.asin(tol / 2.0)
+
+
+def _group(frequencies: torch.Tensor | list[float], tol: float) -> tuple[list[int], int, int]:
+    """(multiplicities in order of first appearance, planes at +1, planes at -1): sort, O(P log P)."""
+    theta = torch.as_tensor(frequencies, dtype=torch.float64).reshape(-1)
+    if not bool(torch.isfinite(theta).all()):
+        raise ConfigError("frequencies must be finite numbers")
+    phi = torch.atan2(torch.sin(theta).abs(), torch.cos(theta))          # in [0, pi]
+    delta = _delta(tol)
+    plus, minus = phi < delta, (math.pi - phi) < delta
+    rest = (~plus & ~minus).nonzero().reshape(-1)
+    vals, order = phi[rest].sort(descending=True, stable=True)
+    n = vals.numel()
+    label = torch.zeros(n, dtype=torch.long)
+    if n:
+        gaps = vals[:-1] - vals[1:]                         # >= 0
+        new = torch.cat([torch.tensor([True]), gaps >= delta])
+        label = new.cumsum(0) - 1                           # runs joined by gaps < delta ...
+        runs = torch.bincount(label)
+        if bool((runs > 1).any()):                          # ... split at DELTA from their head
+            asc = (-vals).contiguous()
+            label = torch.empty(n, dtype=torch.long)
+            i, c = 0, 0
+            while i < n:
+                j = int(torch.searchsorted(asc, asc[i] + delta, side="left"))
+                label[i:j] = c
+                i, c = max(j, i + 1), c + 1
+    first = torch.full((int(label.max()) + 1 if n else 0,), len(phi), dtype=torch.long)
+    first = first.scatter_reduce(0, label, rest[order], reduce="amin") if n else first
+    mults = torch.bincount(label, minlength=first.numel()) if n else torch.zeros(0, dtype=torch.long)
+    firsts, sizes = first.tolist(), mults.tolist()
+    return ([sizes[c] for c in sorted(range(len(sizes)), key=firsts.__getitem__)],
+            int(plus.sum()), int(minus.sum()))
+
+
+def _standard_classes(planes: int, base: float, tol: float = ROTATION_TOL) -> Classes:
+    """Classes of theta_i = base^(-i/P), i < P = planes, in O(distinct class sizes).
+
+    base = 1: one class of P.  base > 1: theta_s = e^{-c s}, c = ln(base) / P, decreasing in
+    (0, 1]; planes with theta < DELTA sit at +1; the class headed by plane s holds the n(s) =
+    ceil(x(s)) planes s <= j < s + x(s), x(s) = -ln(1 - DELTA / theta_s) / c, and n(s') <= n
+    exactly for s' <= S(n) = ln((1 - e^{-c n}) / DELTA) / c, so classes of one size come in runs.
+    """
+    if planes == 0:
+        return Counter(), 0, 0
+    if base == 1.0:
+        return Counter({planes: 1}), 0, 0
+    delta, c = _delta(tol), math.log(base) / planes
+    n_rot = min(planes, max(0, math.floor(math.log(1.0 / delta) / c) + 1))   # theta >= DELTA
+    mults: Counter = Counter()
+    s, steps = 0, 0
+    while s < n_rot:
+        steps += 1
+        if steps > MAX_CLASS_SIZES:
+            raise ConfigError(
+                f"rotary planes={planes} with rope_base={base:g}: adjacent frequencies closer than "
+                f"the tolerance {tol:g} form more than {MAX_CLASS_SIZES} class sizes; this count is "
+                "not computed (use fewer rotary dimensions)")
+        ratio = delta / math.exp(-c * s)
+        x = math.inf if ratio >= 1 else -math.log1p(-ratio) / c
+        size = max(1, min(n_rot - s, math.ceil(x)))
+        last = math.log(-math.expm1(-c * size) / delta) / c                     # S(size)
+        runs = max(1, min(math.floor((last - s) / size) + 1, -(-(n_rot - s) // size)))
+        full = min(runs, (n_rot - s) // size)
+        mults[size] += full
+        if full < runs:                                   # the last class, cut at the +1 planes
+            mults[n_rot - s - full * size] += 1
+        s += runs * size
+    return mults, 2 * (planes - n_rot), 0
+
+
+def _classes(frequencies: torch.Tensor | list[float], pass_dims: int, tol: float) -> Classes:
+    mults, plus, minus = _group(frequencies, tol)
+    return Counter(mults), pass_dims + 2 * plus, 2 * minus
+
+
 def rotation_classes(frequencies: torch.Tensor | list[float], pass_dims: int,
-                     tol: float = 1e-9) -> tuple[list[int], int, int]:
+                     tol: float = ROTATION_TOL) -> tuple[list[int], int, int]:
     """Group the rotation planes by the eigenvalue z = e^{i theta} of the offset-1 rotation.
 
-    Returns (multiplicities of the complex classes {z, conj z}, dims fixed by every rotation
-    (eigenvalue +1: pass-through dims and planes with theta = 0 mod 2 pi), dims with eigenvalue
-    -1 (planes with theta = pi mod 2 pi)).  Offsets are integers, so R(t) = R(1)^t and the
-    classes at t = 1 decide every commutant (sequence length >= 2).
+    Returns (multiplicities of the complex classes {z, conj z}, in order of first appearance,
+    dims fixed by every rotation (eigenvalue +1: pass-through dims and planes with theta = 0 mod
+    2 pi), dims with eigenvalue -1 (planes with theta = pi mod 2 pi)).  Offsets are integers, so
+    R(t) = R(1)^t and the classes at t = 1 decide every commutant (sequence length >= 2).
+    Sorted, O(P log P).
     """
-    classes: list[tuple[complex, int]] = []
-    plus, minus = pass_dims, 0
-    for theta in [float(x) for x in frequencies]:
-        z = cmath.exp(1j * theta)
-        if abs(z - 1) < tol:
-            plus += 2
-        elif abs(z + 1) < tol:
-            minus += 2
-        else:
-            for i, (w, mult) in enumerate(classes):
-                if abs(z - w) < tol or abs(z - w.conjugate()) < tol:
-                    classes[i] = (w, mult + 1)
-                    break
-            else:
-                classes.append((z, 1))
-    return [mult for _, mult in classes], plus, minus
+    mults, plus, minus = _group(frequencies, tol)
+    return mults, pass_dims + 2 * plus, 2 * minus
+
+
+def _commutant(classes: Classes) -> int:
+    mults, plus, minus = classes
+    return sum(2 * mu * mu * n for mu, n in mults.items()) + plus * plus + minus * minus
+
+
+def _orthogonal_commutant(classes: Classes) -> int:
+    mults, plus, minus = classes
+    return sum(mu * mu * n for mu, n in mults.items()) + plus * (plus - 1) // 2 + minus * (minus - 1) // 2
+
+
+def _gain_fiber(classes: Classes) -> int:
+    mults, plus, minus = classes
+    return sum(mults.values()) + plus + minus
 
 
 def rope_commutant_dim(frequencies: torch.Tensor | list[float], pass_dims: int) -> int:
@@ -133,8 +226,7 @@ def rope_commutant_dim(frequencies: torch.Tensor | list[float], pass_dims: int) 
     mu planes sharing one frequency form C^mu, whose commutant is GL(mu, C) (2 mu^2 real dims);
     a real eigenvalue of multiplicity nu contributes GL(nu) (nu^2 dims).
     """
-    complex_mults, plus, minus = rotation_classes(frequencies, pass_dims)
-    return sum(2 * mu * mu for mu in complex_mults) + plus * plus + minus * minus
+    return _commutant(_classes(frequencies, pass_dims, ROTATION_TOL))
 
 
 def orthogonal_commutant_dim(frequencies: torch.Tensor | list[float], pass_dims: int) -> int:
@@ -142,8 +234,7 @@ def orthogonal_commutant_dim(frequencies: torch.Tensor | list[float], pass_dims:
 
     A class of mu planes with one frequency is C^mu: orthogonal and complex-linear is U(mu).
     """
-    complex_mults, plus, minus = rotation_classes(frequencies, pass_dims)
-    return sum(mu * mu for mu in complex_mults) + plus * (plus - 1) // 2 + minus * (minus - 1) // 2
+    return _orthogonal_commutant(_classes(frequencies, pass_dims, ROTATION_TOL))
 
 
 def gain_fiber(frequencies: torch.Tensor | list[float], pass_dims: int) -> int:
@@ -153,8 +244,80 @@ def gain_fiber(frequencies: torch.Tensor | list[float], pass_dims: int) -> int:
     2 pi) gives one exchange g_Q(i) -> c g_Q(i), g_K(i) -> g_K(i) / c; each rotating plane ties
     its two dimensions together and gives one.
     """
-    complex_mults, plus, minus = rotation_classes(frequencies, pass_dims)
-    return sum(complex_mults) + plus + minus
+    return _gain_fiber(_classes(frequencies, pass_dims, ROTATION_TOL))
+
+
+def layer_classes(config: AttentionConfig, frequencies: torch.Tensor | list[float] | None = None) -> Classes:
+    """The rotation classes of the layer's RoPE (standard frequencies in closed form).
+
+    Explicit ``frequencies`` must hold one angle per rotation plane (rotary_dim / 2).
+    """
+    r, k = config.rotary_dim, config.head_dim
+    if frequencies is not None:
+        try:
+            n = len(frequencies)
+        except TypeError:
+            raise ConfigError(f"frequencies={frequencies!r} must be a sequence of numbers") from None
+        if n != r // 2:
+            raise ConfigError(f"frequencies: {n} given, but the layer has rotary_dim / 2 = {r // 2} "
+                              "rotation planes (one frequency each)")
+        return _classes(frequencies, k - r, ROTATION_TOL)
+    if r // 2 <= CLOSED_FORM_PLANES or config.rope_base < 1.0:   # tabulate (angles above 1 wrap)
+        if r // 2 > MAX_TABULATED_PLANES:
+            raise ConfigError(f"rope_base={config.rope_base:g} < 1 with {r // 2} rotation planes: "
+                              f"at most {MAX_TABULATED_PLANES} are counted")
+        return _classes(rope_frequencies(config), k - r, ROTATION_TOL)
+    mults, plus, minus = _standard_classes(r // 2, config.rope_base)
+    return mults, plus + k - r, minus
+
+
+# -- which layers have a derived count -----------------------------------------------------
+
+def check_derived(config: AttentionConfig) -> None:
+    """Refuse (ConfigError naming the rule) a valid layer whose count is not derived in the book.
+
+    The formulas below assume: a rotary or normalised head no wider than what it reads (d_in, the
+    latent C); a normalised latent 2 <= C <= d_in; stacks without centred inputs or v/o biases.
+    """
+    d_in, k, C = config.input_dim, config.head_dim, config.kv_latent
+    if config.rotary_dim and k > config.d_model:
+        raise ConfigError(
+            f"head_dim={k} must be at most d_model={config.d_model} when rope_fraction > 0 "
+            "(the count for a rotary head wider than the model is not derived)")
+    if config.rotary_dim and config.input_centered and k > d_in:
+        raise ConfigError(
+            f"head_dim={k} must be at most d_model - 1 = {d_in} when rope_fraction > 0 and "
+            "input_centered=True (the count is not derived)")
+    if config.qk_norm != "none":
+        if k < 2:
+            raise ConfigError(f"qk_norm={config.qk_norm!r} needs head_dim >= 2 (a normalised "
+                              "1-dim head is a sign; its count is not derived)")
+        if k > d_in:
+            raise ConfigError(
+                f"qk_norm={config.qk_norm!r} needs head_dim={k} at most the input dimension {d_in} "
+                f"(d_model{' - 1, input_centered' if config.input_centered else ''}); the count "
+                "for a wider normalised head is not derived")
+    if C is not None:
+        if config.rotary_dim and k > C:
+            raise ConfigError(
+                f"head_dim={k} must be at most kv_latent={C} when rope_fraction > 0 "
+                "(the count for a rotary head wider than the latent is not derived)")
+        if config.qk_norm != "none" and k > C:
+            raise ConfigError(
+                f"qk_norm={config.qk_norm!r} needs head_dim={k} at most kv_latent={C} "
+                "(the count for a normalised head wider than the latent is not derived)")
+        if config.latent_norm and not (2 <= C <= d_in):
+            raise ConfigError(
+                f"latent_norm=True needs 2 <= kv_latent <= {d_in} (the input dimension; got "
+                f"kv_latent={C}): the count for other latent widths is not derived")
+    if config.n_layers > 1:
+        if config.input_centered:
+            raise ConfigError("input_centered=True with n_layers > 1 is not derived (only the "
+                              "first layer of a residual stack sees centred inputs)")
+        if config.has_bias("v") or config.has_bias("o"):
+            raise ConfigError(
+                f"bias={config.bias!r} with n_layers > 1: value and output biases (letters v, o) "
+                "shift the residual stream between layers; that count is not derived")
 
 
 def latent_fiber(d_in: int, C: int, N: int, latent_norm: bool) -> tuple[int, int, int]:
@@ -176,10 +339,13 @@ def latent_fiber(d_in: int, C: int, N: int, latent_norm: bool) -> tuple[int, int
     return d_in, d_in * C, C - d_in
 
 
-def count(config: AttentionConfig, frequencies: torch.Tensor | None = None) -> Count:
-    """Total, identified and unidentified parameters of one layer (or stack), by component."""
-    from .attention import rope_frequencies
+def count(config: AttentionConfig, frequencies: torch.Tensor | list[float] | None = None) -> Count:
+    """Total, identified and unidentified parameters of one layer (or stack), by component.
 
+    ``frequencies``: RoPE angles per plane instead of the standard base^(-2i/r) (rotary_dim / 2
+    of them).  A layer whose count is not derived is refused (``check_derived``).
+    """
+    check_derived(config)
     d, H, G, m = config.d_model, config.n_heads, config.n_kv_heads, config.group_size
     k, v, r = config.head_dim, config.value_dim, config.rotary_dim
     L, R = config.n_layers, config.n_kv_sets
@@ -194,23 +360,23 @@ def count(config: AttentionConfig, frequencies: torch.Tensor | None = None) -> C
     else:
         b, lat_fiber, extra = latent_fiber(d_in, C, G * (k + v), config.latent_norm)
     a = d_in + 1 if has("q") else d_in
-    freqs = None
-    if r:
-        freqs = rope_frequencies(config) if frequencies is None else frequencies
+    if frequencies is not None and not r:
+        layer_classes(config, frequencies)          # a layer without RoPE: only [] fits
+    classes = layer_classes(config, frequencies) if r else None
 
     gain_unid = 0
-    if config.qk_norm != "none":      # k <= min(d_in, b) (the config refuses wider heads)
+    if config.qk_norm != "none":      # k <= min(d_in, b) (check_derived refuses wider heads)
         ortho = 0
         if config.qk_norm == "plain":
-            ortho = orthogonal_commutant_dim(freqs, k - r) if r else k * (k - 1) // 2
+            ortho = _orthogonal_commutant(classes) if classes else k * (k - 1) // 2
         else:
-            gain_unid = gain_fiber(freqs, k - r) if r else k
+            gain_unid = _gain_fiber(classes) if classes else k
         qk_fiber = ortho + mm + 1
         q_bias_fiber, k_bias_fixed = 0, 0
-    elif r:  # k <= min(d_in, b) (the config refuses wider rotary heads)
-        qk_fiber = rope_commutant_dim(freqs, k - r)
+    elif classes:  # k <= min(d_in, b) (check_derived refuses wider rotary heads)
+        qk_fiber = _commutant(classes)
         q_bias_fiber = 0
-        _, k_bias_fixed, _ = rotation_classes(freqs, k - r)
+        k_bias_fixed = classes[1]
     else:
         qk_fiber = factor_fiber(d_in, b, k, mm)
         q_bias_fiber = factor_fiber(a, b, k, mm) - qk_fiber

@@ -2,11 +2,16 @@
 import dataclasses
 import json
 import math
+import os
 import re
+import threading
 
 import pytest
 
-from idlib.config import AttentionConfig, ConfigError
+import numpy as np
+
+from idlib.config import MAX_CONFIG_BYTES, AttentionConfig, ConfigError, read_json
+from idlib.hf import config_from_file, config_from_hf
 
 
 def test_defaults_are_derived():
@@ -84,8 +89,6 @@ BAD = [
      "rope_fraction=0.25 times head_dim=4 = 1 must be an even integer (RoPE rotates pairs of dimensions)"),
     (dict(d_model=16, rope_fraction=0.3),
      "rope_fraction=0.3 times head_dim=16 = 4.8 must be an even integer"),
-    (dict(d_model=4, head_dim=6, rope_fraction=1.0),
-     "head_dim=6 must be at most d_model=4 when rope_fraction > 0"),
     (dict(d_model=8, rope_base=0), "rope_base=0 must be a positive finite number"),
     (dict(d_model=8, rope_base=-10.0), "rope_base=-10.0 must be a positive finite number"),
     (dict(d_model=8, rope_base=math.inf), "rope_base=inf must be a positive finite number"),
@@ -98,6 +101,13 @@ BAD = [
     (dict(d_model=8, bias="qq"), "bias='qq' repeats a letter"),
     (dict(d_model=8, causal=1), "causal=1 must be true or false"),
     (dict(d_model=8, causal="yes"), "causal='yes' must be true or false"),
+    # sizes beyond what a count can mean, numbers beyond the float range
+    (dict(d_model=2 ** 53 + 1), "d_model=9007199254740993 must be at most 2**53 = 9007199254740992"),
+    (dict(d_model=10 ** 309), "d_model=<an integer of 1027 bits> must be at most 2**53"),
+    (dict(d_model=8, rope_base=10 ** 400), "rope_base=<an integer of 1329 bits> must be a positive"),
+    (dict(d_model=8, n_layers=0), "n_layers=0 must be at least 1"),
+    (dict(d_model=8, qk_norm=None), "qk_norm=None must be one of none, plain, gain"),
+    (dict(d_model=8, kv_latent=2.0), "kv_latent=2.0 must be an integer"),
 ]
 
 
@@ -137,10 +147,10 @@ def test_from_file_attention_config_fields(tmp_path):
     p = tmp_path / "layer.json"
     p.write_text(json.dumps({"d_model": 8, "n_heads": 4, "n_kv_heads": 2, "rope_fraction": 1.0,
                              "bias": "vqk", "causal": True}))
-    c = AttentionConfig.from_file(p)
+    c = config_from_file(p)
     assert c == AttentionConfig(d_model=8, n_heads=4, n_kv_heads=2, rope_fraction=1.0,
                                 bias="qkv", causal=True)
-    assert AttentionConfig.from_file(str(p)) == c             # str paths too
+    assert config_from_file(str(p)) == c             # str paths too
 
 
 @pytest.mark.parametrize("text, message", [
@@ -154,9 +164,63 @@ def test_from_file_refusals(tmp_path, text, message):
     p = tmp_path / "c.json"
     p.write_text(text)
     with pytest.raises(ConfigError, match=re.escape(message)):
-        AttentionConfig.from_file(p)
+        config_from_file(p)
 
 
 def test_from_file_missing(tmp_path):
     with pytest.raises(ConfigError, match=re.escape("cannot be read (No such file or directory)")):
-        AttentionConfig.from_file(tmp_path / "absent.json")
+        config_from_file(tmp_path / "absent.json")
+
+
+def test_read_json_reads_pipes_once_and_refuses_other_files(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text('{"d_model": 8}'))
+    writer.start()
+    assert read_json(fifo) == ({"d_model": 8}, "pipe")
+    writer.join()
+    with pytest.raises(ConfigError, match="'zero': not a regular file or a pipe"):
+        read_json("/dev/zero")
+    with pytest.raises(ConfigError, match=re.escape("config file path is empty")):
+        read_json("")
+    with pytest.raises(ConfigError, match="cannot be read"):
+        read_json(tmp_path)                                   # a directory
+    big = tmp_path / "big.json"
+    big.write_text(" " * MAX_CONFIG_BYTES + "{}")
+    with pytest.raises(ConfigError, match=f"larger than {MAX_CONFIG_BYTES} bytes"):
+        read_json(big)
+    with pytest.raises(ConfigError, match="must be a path"):
+        read_json([1])
+
+
+def test_numpy_scalars_are_their_python_values():
+    c = AttentionConfig(d_model=np.int64(16), n_heads=np.int32(4), rope_fraction=np.float32(0.5),
+                        rope_base=np.float64(100.0), causal=np.bool_(True), bias=np.str_("qk"))
+    assert c == AttentionConfig(d_model=16, n_heads=4, rope_fraction=0.5, rope_base=100.0,
+                                causal=True, bias="qk")
+    assert type(c.d_model) is int and type(c.causal) is bool and type(c.rope_fraction) is float
+    with pytest.raises(ConfigError, match=re.escape("d_model=1.5 must be an integer")):
+        AttentionConfig(d_model=np.float64(1.5))
+    with pytest.raises(ConfigError, match=re.escape("causal=1 must be true or false")):
+        AttentionConfig(d_model=4, causal=np.int8(1))
+
+
+def test_replace_derives_again_what_was_not_given():
+    c = AttentionConfig(d_model=16, n_heads=2)
+    assert (c.n_kv_heads, c.head_dim, c.value_dim) == (2, 8, 8)
+    c4 = c.replace(n_heads=4)
+    assert (c4.n_kv_heads, c4.head_dim, c4.value_dim) == (4, 4, 4)     # multi-head defaults again
+    assert c4 == AttentionConfig(d_model=16, n_heads=4)
+    g = AttentionConfig(d_model=16, n_heads=4, n_kv_heads=2, head_dim=8)
+    g8 = g.replace(n_heads=8)
+    assert (g8.n_kv_heads, g8.head_dim, g8.value_dim) == (2, 8, 8)     # explicit values kept
+    assert g8.replace(d_model=32).head_dim == 8
+    assert "value_dim" not in g.explicit() and g.explicit()["head_dim"] == 8
+    assert c.replace(head_dim=None, n_heads=8).head_dim == 2           # None: derive it
+
+
+def test_from_hf_refuses_what_is_not_a_config():
+    with pytest.raises(ConfigError, match="must be a"):
+        config_from_hf([1])
+    with pytest.raises(ConfigError, match="must be a JSON object"):
+        AttentionConfig.from_dict([1])

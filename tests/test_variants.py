@@ -109,9 +109,9 @@ def test_qk_norm_counts():
     (dict(d_model=4, n_layers=2, input_centered=True), "input_centered=True with n_layers > 1"),
     (dict(d_model=4, n_layers=2, bias="qo"), "value and output biases (letters v, o)"),
 ])
-def test_refusals(fields, message):
+def test_refusals(fields, message):   # a layer rule (AttentionConfig) or a count rule (count)
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        AttentionConfig(**fields)
+        count(AttentionConfig(**fields))
 
 
 def test_forward_variants_agree_with_sdpa_and_definitions():
