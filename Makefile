@@ -44,12 +44,13 @@ MPL_KERNEL  := MPLBACKEND=module://matplotlib_inline.backend_inline
 
 JB_FLAGS := -W -n --keep-going --all
 
-.PHONY: help venv book test unit package nbval papermill outputs clean distclean \
+.PHONY: help venv book html test unit package browser chromium nbval papermill outputs clean distclean \
         report reproduce pdf tex bench determinism
 
 help:
-	@echo "make book      execute every chapter and build _build/html/index.html (warnings = errors)"
-	@echo "make test      unit tests, nbval (strict) and papermill on every chapter, then the book"
+	@echo "make book      execute every chapter (papermill) and build _build/html/index.html from them (warnings = errors)"
+	@echo "make test      unit tests (2 cores), nbval (strict), make book, then the browser test of the HTML"
+	@echo "make browser   only the browser test of the built HTML (chromium; screenshots in $(BUILD)/screenshots/)"
 	@echo "make outputs   re-execute every chapter in place (store outputs that nbval checks)"
 	@echo "make reproduce every chapter with profile=full into $(REPRO)/, then a second book from them"
 	@echo "make pdf       the whole book as one PDF in $(BUILD)/pdf/ (installs TeX Live via apt-get if missing)"
@@ -77,19 +78,54 @@ venv: $(SETUP)
 
 # --- the book ----------------------------------------------------------------------------
 
-# --all (fresh Sphinx environment) plus removing the old output: every notebook is
-# re-read and re-executed on every build (execute_notebooks: force), so an edit to idlib/
-# can never be hidden by a stale page.
-book: $(SETUP) report
-	rm -rf $(BUILD)/html $(BUILD)/.doctrees $(BUILD)/jupyter_execute
-	@status=0; $(MPL_KERNEL) $(BIN)/jupyter-book build . $(JB_FLAGS) || status=$$?; \
-	reports=$$(find $(BUILD)/html/reports -name '*.err.log' 2>/dev/null | sort || true); \
-	for r in $$reports; do \
-	  echo; echo "================ notebook execution failed: $$r ================"; \
-	  cat "$$r"; if [ "$$status" = 0 ]; then status=1; fi; \
-	done; \
-	if [ "$$status" != 0 ]; then echo; echo "make book: FAILED (see the warnings/reports above)"; exit 1; fi; \
-	test -f $(BUILD)/html/index.html; echo "make book: OK -> $(BUILD)/html/index.html"
+# The book is built from executed notebooks, never by Sphinx executing them: `make papermill`
+# runs every chapter once (fresh kernel, no cache, so an edit to idlib/ always shows), then
+# $(call book_from,...) builds a copy of the sources with those notebooks in chapters/ and
+# execute_notebooks: off. `make book`, `make test` and `make reproduce` all go this way,
+# so the HTML a test looked at is the HTML a reader gets.
+book: $(SETUP)
+	$(MAKE) --no-print-directory papermill
+	$(MAKE) --no-print-directory html
+
+# The HTML from the notebooks already in $(PM_OUT) (chapters not there: their stored outputs).
+html: $(SETUP)
+	$(call book_from,$(PM_OUT),$(BUILD)/src,main,$(CURDIR))
+	@echo "make book: OK -> $(BUILD)/html/index.html"
+
+# $(call book_from,EXECUTED_DIR,SOURCE_COPY,REPORT_BOOK,OUTPUT_ROOT): copy the book's sources
+# to SOURCE_COPY, put EXECUTED_DIR/*.ipynb in its chapters/, switch execution off, write the
+# reproducibility page's includes, build OUTPUT_ROOT/_build/html with warnings as errors.
+define book_from
+	rm -rf $(2) $(4)/$(BUILD)/html $(4)/$(BUILD)/.doctrees $(4)/$(BUILD)/jupyter_execute
+	mkdir -p $(2)
+	tar -c --exclude=./$(BUILD) --exclude=./$(VENV) --exclude=./.git --exclude=./.pytest_cache \
+	  --exclude='*/.ipynb_checkpoints' --exclude='*/__pycache__' -f - . | tar -x -C $(2)
+	if ls $(1)/*.ipynb >/dev/null 2>&1; then cp $(1)/*.ipynb $(2)/chapters/; fi
+	$(PY) -c "$$EXECUTED_BOOK" $(2) $(3)
+	$(MPL_SCRIPTS) $(PY) benchmarks/report.py --book $(3) --out $(2)/$(GEN) $(CHAPTERS)
+	@status=0; $(BIN)/jupyter-book build $(2) --path-output $(4) $(JB_FLAGS) || status=$$?; \
+	if [ "$$status" != 0 ]; then echo; echo "book build FAILED (see the warnings above)"; exit 1; fi; \
+	test -f $(4)/$(BUILD)/html/index.html
+endef
+
+# execute_notebooks: off in the copy; in the main book the cell papermill injects
+# (profile = "default", the stored value) is removed from the page, make reproduce shows it.
+define EXECUTED_BOOK
+import re, sys, pathlib, nbformat
+root, book = pathlib.Path(sys.argv[1]), sys.argv[2]
+cfg = root / "_config.yml"
+text, n = re.subn(r"(?m)^(\s*execute_notebooks:).*$$", r"\1 off   # built from executed notebooks", cfg.read_text())
+assert n == 1, "execute_notebooks not found in _config.yml"
+cfg.write_text(text)
+for p in sorted((root / "chapters").glob("*.ipynb")):
+    nb = nbformat.read(p, as_version=4)
+    for c in nb.cells:
+        tags = c.metadata.setdefault("tags", [])
+        if book == "main" and "injected-parameters" in tags and "remove-cell" not in tags:
+            tags.append("remove-cell")
+    nbformat.write(nb, p)
+endef
+export EXECUTED_BOOK
 
 # --- tests -------------------------------------------------------------------------------
 
@@ -107,20 +143,32 @@ package: $(SETUP)
 	cd /tmp && PYTHONPATH=$(WHEEL_SITE) $(WHEEL_SITE)/bin/idlib census | grep "BERT-base" >/dev/null
 	@echo "make package: OK ($$(cd $(BUILD)/wheel && ls idlib-*.whl))"
 
-# In this order, even under make -j.
+# In this order, even under make -j. Every chapter is executed twice: by nbval (against the
+# stored outputs) and by papermill (the notebooks the book is built from).
 test: $(SETUP)
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory nbval
-	$(MAKE) --no-print-directory papermill
 	$(MAKE) --no-print-directory book
+	$(MAKE) --no-print-directory browser
 	@echo "make test: OK"
 
+# Unit tests on both cores (pytest-xdist); the browser test has its own step.
 unit: $(SETUP)
-	@if [ -n "$$(find tests -name 'test_*.py' 2>/dev/null || true)" ]; then \
-	  $(MPL_SCRIPTS) $(BIN)/pytest -q -p no:cacheprovider tests/; \
-	else \
-	  echo "make unit: no tests/test_*.py yet, skipping"; \
-	fi
+	$(MPL_SCRIPTS) $(BIN)/pytest -q -p no:cacheprovider -n 2 --ignore=tests/browser tests/
+
+# The rendered book in a real browser (Debian's chromium through Playwright, network off):
+# every page of $(BUILD)/html at 1280 and 800 px; screenshots in $(BUILD)/screenshots/.
+browser: $(SETUP) chromium
+	@test -f $(BUILD)/html/index.html || { echo "make browser: no $(BUILD)/html, run make book first"; exit 1; }
+	$(MPL_SCRIPTS) $(BIN)/pytest -q -p no:cacheprovider tests/browser
+
+chromium:
+	@if command -v chromium >/dev/null; then echo "make chromium: $$(command -v chromium) present"; \
+	elif command -v apt-get >/dev/null; then \
+	  echo "make chromium: installing Debian's chromium"; \
+	  $(SUDO) apt-get update -q; \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium; \
+	else echo "make chromium: no apt-get; install chromium (the browser test drives it)"; exit 1; fi
 
 # Strict nbval: every stored output must equal the re-executed one (modulo the
 # commented rules in nbval_sanitize.cfg). Kernel = the venv's python.
@@ -132,11 +180,12 @@ nbval: $(SETUP)
 	  --nbval-sanitize-with nbval_sanitize.cfg $(CHAPTERS)
 
 # Every chapter through papermill with its `parameters` cell (profile=$(PROFILE)),
-# kernel working directory = chapters/ (as in the book build and nbval). Prints each chapter
+# kernel working directory = chapters/ (as in nbval). Prints each chapter
 # and its elapsed time; every chapter is attempted, the target fails if any failed. Times and
 # environment go to $(TIMINGS)/$(PROFILE).json (shown on the reproducibility page).
 papermill: $(SETUP)
 	@if [ -z "$(CHAPTERS)" ]; then echo "make papermill: no chapters/*.ipynb"; exit 0; fi
+	rm -rf $(PM_OUT)
 	$(MPL_KERNEL) $(PY) benchmarks/run_chapters.py --profile "$(PROFILE)" --out $(PM_OUT) \
 	  --timings $(TIMINGS)/$(PROFILE).json $(CHAPTERS)
 
@@ -191,23 +240,13 @@ report: $(SETUP)
 #    elapsed time printed; times in $(TIMINGS)/full.json);
 # 2. a copy of the book's sources around them, with execute_notebooks: off, built into
 #    $(REPRO)/_build/html (same Sphinx flags as make book: warnings are errors).
-REPRO_SOURCES := _config.yml _toc.yml references.bib $(filter-out README.md,$(wildcard *.md))
-
 reproduce: $(SETUP)
 	rm -rf $(REPRO)
-	mkdir -p $(REPRO)/chapters $(REPRO)/benchmarks
-	cp $(REPRO_SOURCES) $(REPRO)/
-	cp -R chapters/. $(REPRO)/chapters/
-	cp -R benchmarks/results $(REPRO)/benchmarks/
 	@status=0; $(MPL_KERNEL) $(PY) benchmarks/run_chapters.py --profile full --out $(REPRO)/chapters \
 	  --timings $(TIMINGS)/full.json $(CHAPTERS) || status=$$?; \
 	if [ "$$status" != 0 ]; then echo "make reproduce: FAILED (see the chapters above)"; exit 1; fi
-	sed -i -E 's/^([[:space:]]*execute_notebooks:).*/\1 off   # make reproduce: outputs from papermill (profile full)/' $(REPRO)/_config.yml
-	grep -Eq '^[[:space:]]*execute_notebooks: off' $(REPRO)/_config.yml
-	$(MPL_SCRIPTS) $(PY) benchmarks/report.py --book reproduce --out $(REPRO)/$(GEN) $(CHAPTERS)
-	@status=0; $(BIN)/jupyter-book build $(REPRO) $(JB_FLAGS) || status=$$?; \
-	if [ "$$status" != 0 ]; then echo "make reproduce: book build FAILED (see the warnings above)"; exit 1; fi; \
-	test -f $(REPRO)/$(BUILD)/html/index.html; echo "make reproduce: OK -> $(REPRO)/$(BUILD)/html/index.html"
+	$(call book_from,$(REPRO)/chapters,$(REPRO)/src,reproduce,$(REPRO))
+	@echo "make reproduce: OK -> $(REPRO)/$(BUILD)/html/index.html"
 
 # --- PDF ---------------------------------------------------------------------------------------
 
