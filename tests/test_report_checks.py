@@ -33,3 +33,9 @@ def test_wrapped_keeps_every_line_within_the_width():
     assert all(len(line) <= 10 for line in lines) and lines[1].startswith("  ")
     assert wrapped("short") == "short"
     assert wrapped("one; two", 80) == "one; two"
+
+
+def test_config_fields_rule():
+    from idlib.report.checks import CONFIG_FIELDS
+    assert CONFIG_FIELDS.holds({"d_model": 8, "n_heads": 2})
+    assert not CONFIG_FIELDS.holds([("d_model", 8)]) and not CONFIG_FIELDS.holds({1: 2})

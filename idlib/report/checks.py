@@ -13,6 +13,8 @@ import textwrap
 
 import torch
 
+from .parameters import Rule
+
 
 def max_rel(new: torch.Tensor, old: torch.Tensor) -> float:
     """max |new - old| / max |old| (entrywise); ``old`` must not be all zeros."""
@@ -47,3 +49,8 @@ def wrapped(text: str, width: int = 80) -> str:
         lines += textwrap.wrap(clause, width=width, subsequent_indent="  ",
                                break_on_hyphens=False) or [""]
     return "\n".join(lines)
+
+
+CONFIG_FIELDS = Rule("a dict of AttentionConfig fields (names to values)",
+                     lambda x: isinstance(x, dict) and all(isinstance(k, str) for k in x))
+"""Parameters-cell rule for a layer given as keyword arguments of ``AttentionConfig``."""
