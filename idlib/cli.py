@@ -20,7 +20,7 @@ from typing import Any, NoReturn, Sequence
 
 from .attention import n_params
 from .certify import CERTIFY_GAP, check
-from .config import AttentionConfig, ConfigError, check_fields, read_json, show
+from .config import MAX_SEED, AttentionConfig, ConfigError, check_fields, read_json, show
 from .counting import count
 from .fastrank import applicable
 from .hf import HF_MARKERS, approximation_note, attention_fields_from_hf
@@ -32,7 +32,6 @@ PROG = "idlib"
 STRUCTURED_MAX_PARAMS = 20000       # where idlib.fastrank applies (never forms the Jacobian)
 DEFAULT_ATTEMPTS = 8
 DEFAULT_SPREAD_FROM = 4
-MAX_SEED = 2 ** 63 - 1
 
 EPILOG = """\
 exit codes: 0 success; 1 verify disagrees with the closed form or the rank is not certified;

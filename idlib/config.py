@@ -77,6 +77,17 @@ def _integer(name: str, value: Any) -> int:
     return value
 
 
+MAX_SEED = 2 ** 63 - 1          # torch seeds are 64-bit; random_inputs adds an offset
+
+
+def integer_argument(name: str, value: Any, low: int = 1, high: int = MAX_SIZE) -> int:
+    """``value`` (a NumPy integer too) as an int in [low, high], else a ConfigError naming ``name``."""
+    value = plain(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ConfigError(f"{name}={show(value)} must be an integer in [{low}, {high}]")
+    return value
+
+
 def _fraction(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{name}={show(value)} must be a number in [0, 1]")

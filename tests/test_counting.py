@@ -1,6 +1,7 @@
 """The closed-form count: known values, hand-derived sizes, and equality with the measured rank."""
 import itertools
 import math
+from collections import Counter
 from fractions import Fraction
 
 import pytest
@@ -8,8 +9,8 @@ import torch
 
 from idlib.attention import n_params
 from idlib.config import AttentionConfig
-from idlib.counting import (count, factor_fiber, rope_commutant_dim, rotation_classes,
-                            unidentified_ratio_mha)
+from idlib.counting import (_standard_classes, count, factor_fiber, rope_commutant_dim,
+                            rotation_classes, unidentified_ratio_mha)
 from idlib.rank import CERTIFY_GAP, measure, rank_from_singular_values
 
 BIASES = ["".join(s) for n in range(5) for s in itertools.combinations("qkvo", n)]   # all 16
@@ -63,19 +64,40 @@ def _id(kw):
             f"b{c.rope_base:g}-{c.bias or 'none'}{'-causal' if c.causal else ''}")
 
 
-def test_grid_covers_every_field():
-    cs = [AttentionConfig(**kw) for kw in GRID]
-    assert len(cs) == len(set(cs)) >= 60
-    assert {c.bias for c in cs} == set(BIASES)
-    assert {c.causal for c in cs} == {True, False}
-    assert any(1 < c.n_kv_heads < c.n_heads for c in cs) and any(c.n_kv_heads == 1 < c.n_heads for c in cs)
-    assert any(c.head_dim * c.n_heads < c.d_model for c in cs)                 # below d/H
-    assert any(c.d_model < c.head_dim * c.n_heads and c.head_dim <= c.d_model for c in cs)
-    assert any(c.head_dim > c.d_model for c in cs) and any(c.value_dim > c.d_model for c in cs)
-    assert any(c.value_dim != c.head_dim for c in cs)
-    assert any(c.rotary_dim == c.head_dim for c in cs) and any(0 < c.rotary_dim < c.head_dim for c in cs)
-    assert any(c.rotary_dim and c.has_bias("k") for c in cs)
-    assert {c.rope_base for c in cs if c.rotary_dim} >= {1.0, 100.0, 10000.0, 500000.0}
+@pytest.mark.parametrize("kw, qk, vo, total", [
+    # heads wider than d: k > b, so R^T is injective: b k + a (k - b) (QK), same for VO
+    (dict(d_model=3, head_dim=5, value_dim=4), 3 * 5 + 3 * 2, 3 * 4 + 3 * 1, 2 * 15 + 2 * 12),
+    # one dimension per head, 6 heads sharing one K/V head: one scaling per group, QK and VO
+    (dict(d_model=6, n_heads=6, n_kv_heads=1), 1, 1, 36 + 6 + 6 + 36),
+    # partial RoPE: 2 distinct planes (2 dims each) and GL(2) on the 2 pass-through dims
+    (dict(d_model=8, head_dim=6, rope_fraction=2 / 3), 2 * 2 + 2 ** 2, 36, 4 * 48),
+    # base 1: the 3 planes share theta = 1, one class, GL(3, C) = 2 * 3^2
+    (dict(d_model=6, rope_fraction=1.0, rope_base=1.0), 2 * 3 ** 2, 36, 4 * 36),
+    # heads below d / H: k^2 per group, GQA
+    (dict(d_model=8, n_heads=4, n_kv_heads=2, head_dim=2, value_dim=3), 2 * 4, 2 * 9,
+     4 * 8 * 2 + 2 * 8 * 2 + 2 * 8 * 3 + 4 * 3 * 8),
+], ids=str)
+def test_hand_derived_counts(kw, qk, vo, total):
+    c = count(AttentionConfig(**kw))
+    assert (c.component("qk").unidentified, c.component("vo").unidentified) == (qk, vo)
+    assert c.total == total == n_params(AttentionConfig(**kw))
+
+
+@pytest.mark.parametrize("planes", [1, 3, 64, 1000, 5000])
+@pytest.mark.parametrize("base", [1.0, 2.0, 100.0, 1e4, 5e5, 1e8, 1e12, 1e20])
+def test_closed_form_classes_equal_the_tabulated_ones(planes, base):
+    """Standard RoPE classes in closed form = sorting the frequencies (crowded ones included)."""
+    f = base ** (-2.0 * torch.arange(planes, dtype=torch.float64) / (2 * planes))
+    mults, plus, minus = _standard_classes(planes, base)
+    tab_mults, tab_plus, tab_minus = rotation_classes(f, 0)
+    assert (mults, plus, minus) == (Counter(tab_mults), tab_plus, tab_minus)
+
+
+def test_crowded_frequencies_merge():
+    """base 1e8 over 1000 planes: the lowest frequencies are closer than the tolerance 1e-9."""
+    mults, plus, minus = _standard_classes(1000, 1e8)
+    assert sum(mu * n for mu, n in mults.items()) == 1000 and (plus, minus) == (0, 0)
+    assert max(mults) > 1 and mults[1] < 1000
 
 
 @pytest.mark.parametrize("kw", GRID, ids=[_id(kw) for kw in GRID])
