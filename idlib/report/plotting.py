@@ -16,7 +16,13 @@ CYCLE = ["#1f4e79", "#c0504d", "#2e8b57", "#9b59b6", "#e69f00", "#17becf", "#7f7
 
 
 def style() -> None:
-    """Apply the book's matplotlib style (call once per notebook)."""
+    """Apply the book's matplotlib style (call once per notebook).
+
+    Readable text: the HTML column is about 670 px wide and a figure is scaled to fit it, so
+    text of s pt in a figure w inches wide shows s * 670 / (72 w) px high. The browser test
+    (tests/browser) wants >= 9 px: keep w (inches) <= s (pt) of the smallest text, e.g. a
+    6.4 in figure with 10 pt labels; a 10 in figure needs no text below 10 pt.
+    """
     plt.rcParams.update({
         "figure.figsize": (6.4, 3.8), "figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3,
         "axes.spines.top": False, "axes.spines.right": False, "font.size": 10,
