@@ -36,7 +36,7 @@ from . import fastrank
 from .attention import flatten, forward, init_params, n_params, random_inputs, unflatten, Params
 from .certify import (CERTIFY_GAP, CERTIFY_GAP_TEXT, GAP_SHOWN, format_gap,  # noqa: F401 (re-exported)
                       is_certified, rank_from_singular_values, roundoff_tolerance)
-from .config import AttentionConfig
+from .config import MAX_SEED, AttentionConfig, integer_argument
 
 AUTO_DENSE_MAX_PARAMS = 2048     # "auto": dense (full spectrum) up to here, structured above
 DENSE_FALLBACK_MAX_PARAMS = 6000  # "auto" never falls back to the dense SVD above this size
@@ -125,6 +125,9 @@ def measure(config: AttentionConfig, seed: int = 0, seq_len: int | None = None,
     """
     if method not in METHODS:
         raise ValueError(f"method={method!r} must be one of {', '.join(METHODS)}")
+    seed = integer_argument("seed", seed, 0, MAX_SEED)
+    seq_len = None if seq_len is None else integer_argument("seq_len", seq_len)
+    n_sequences = None if n_sequences is None else integer_argument("n_sequences", n_sequences)
     params = init_params(config, seed) if params is None else params
     seq_len = default_seq_len(config) if seq_len is None else seq_len
     n_sequences = default_n_sequences(config, seq_len) if n_sequences is None else n_sequences
