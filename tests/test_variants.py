@@ -11,6 +11,7 @@ from idlib.config import AttentionConfig, ConfigError
 from idlib.counting import (count, factor_fiber, gain_fiber, latent_fiber,
                             orthogonal_commutant_dim)
 from idlib.rank import measure
+from idlib.studies.variants import labelled_checks
 from idlib.symmetry import chart, permute_heads, random_group_element, tangent_basis
 
 # (config fields, total parameters, closed-form unidentified); each is measured below
@@ -186,3 +187,26 @@ def test_factor_fiber_reused():
     # the stack's shared K/V: the S layers' heads act like S m heads of one group
     c = AttentionConfig(d_model=3, n_heads=1, head_dim=5, n_layers=2, kv_share=2)
     assert count(c).component("qk").unidentified == factor_fiber(3, 3, 5, 2)
+
+
+# --- idlib.studies.variants: chapter 7's labelled checks ---------------------------------------
+
+def test_labelled_checks_pair_each_label_with_its_closed_form_and_measurement():
+    entries = [("plain layer", dict(d_model=6, n_heads=2)),
+               ("QK-norm plain", dict(d_model=6, n_heads=2, qk_norm="plain")),
+               ("C = 3 < min(d, N)", dict(d_model=6, n_heads=2, head_dim=2, kv_latent=3))]
+    checks = labelled_checks(entries, seed=1)
+    assert [c.label for c in checks] == ["plain layer", "QK-norm plain", "C = 3 < min(d, N)"]
+    assert [c.config for c in checks] == [AttentionConfig(**f) for _, f in entries]
+    # P and U: plain H (k^2 + v^2) = 2 (9 + 9); QK-norm keeps O(k) and m + 1 scales per group
+    assert [(c.total, c.unidentified) for c in checks] == [(144, 36), (144, 28), (90, 25)]
+    assert [c.measured_unidentified for c in checks] == [36, 28, 25]
+    assert all(c.certified and c.agrees and c.gap >= 1e4 for c in checks)
+    assert checks[0].gap == measure(AttentionConfig(d_model=6, n_heads=2), seed=1).gap
+    assert labelled_checks(entries[:1], seed=0)[0].gap != checks[0].gap     # the seed is used
+    assert labelled_checks([], seed=0) == []
+
+
+def test_labelled_checks_refuse_a_bad_layer_by_its_field():
+    with pytest.raises(ConfigError, match="kv_latent=0 must be at least 1"):
+        labelled_checks([("bad", dict(d_model=4, kv_latent=0))])

@@ -3,7 +3,8 @@
 ``sweep_configs`` draws distinct valid :class:`AttentionConfig` s that span every field (query
 heads, key/value groups, head and value widths below, at and above d/H and above d, rotary
 shares, rotary bases, every bias subset, causal masks); ``run_sweep`` measures each and
-compares.  Every row that does not agree is a bug in the closed form or in the measurement.
+compares; ``tally`` counts the agreements and lists the rest; ``coverage`` shows the reach.
+Every row that does not agree is a bug in the closed form or in the measurement.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any, Iterable
 import torch
 
 from ..attention import n_params
-from ..certify import check, format_gap
+from ..certify import check
 from ..config import AttentionConfig, ConfigError
 from ..rank import measure_until_certified, spread_params  # noqa: F401 (re-exported)
 
@@ -140,7 +141,7 @@ def run_sweep(configs: Iterable[AttentionConfig], seed: int = 0, max_attempts: i
                 for cfg in configs]
 
 
-def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def tally(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Agreements, certified ranks, the smallest gap and the configs' reach.
 
     ``disagreements``: certified ranks that differ from the closed form (bugs);
@@ -174,20 +175,3 @@ def coverage(configs: Iterable[AttentionConfig]) -> dict[str, Counter]:
         cats["bias"][c.bias or "none"] += 1
         cats["causal"][c.causal] += 1
     return cats
-
-
-def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """Every row as a Markdown table (config fields, closed form, measured rank, gap, tries)."""
-    head = ("| # | d | H | G | k | v | r | base | bias | causal | params | identified (closed form) "
-            "| rank (measured) | gap | certified | seeds tried | agrees |")
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for i, r in enumerate(rows):
-        c = r["config"]
-        base = f"{c.rope_base:g}" if c.rotary_dim else "-"
-        lines.append(
-            f"| {i} | {c.d_model} | {c.n_heads} | {c.n_kv_heads} | {c.head_dim} | {c.value_dim} "
-            f"| {c.rotary_dim} | {base} | {c.bias or '-'} | {'yes' if c.causal else 'no'} "
-            f"| {r['total']} | {r['identified']} | {r['rank']} | {format_gap(r['gap'])} "
-            f"| {'yes' if r['certified'] else 'NO'} | {len(r.get('attempts', [None]))} "
-            f"| {'yes' if r['agrees'] else 'NO'} |")
-    return "\n".join(lines)
