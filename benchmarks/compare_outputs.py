@@ -4,8 +4,12 @@
 
 For every notebook in RUN1, each code cell's text outputs (streams, text/plain, text/markdown,
 text/html, text/latex, errors) must be identical in RUN2 after the regex rules of the nbval
-sanitize file (the same rewrites `make nbval` applies).  Images are not compared.  Prints each
-difference (notebook, cell, first differing line) and exits 1 if there is any.
+sanitize file (the same rewrites `make nbval` applies).  Stream outputs are first coalesced as
+nbval does (``coalesce_streams``): every chunk of one stream (stdout, stderr) in a cell is merged
+into one text at the place of its first chunk, carriage-return overwrites and backspaces are
+applied, so the kernel's flush timing (how a print is cut into chunks) is never a difference.
+Images are not compared.  Prints each difference (notebook, cell, first differing line) and
+exits 1 if there is any.
 """
 from __future__ import annotations
 
@@ -14,6 +18,9 @@ import configparser
 import re
 import sys
 from pathlib import Path
+from typing import Any
+
+import nbformat
 
 TEXT_MIME = ("text/plain", "text/markdown", "text/html", "text/latex")
 
@@ -26,9 +33,34 @@ def rules(path: str | None) -> list[tuple[re.Pattern, str]]:
     return [(re.compile(cp[s]["regex"]), cp[s]["replace"]) for s in cp.sections()]
 
 
+CARRIAGE_RETURN = re.compile(r"^.*\r(?=[^\n])", re.MULTILINE)   # nbval's carriagereturn_pat
+BACKSPACE = re.compile("[^\n]\x08")    # a character erased by a backspace (nbval's r"\b" is a word
+                                       # boundary, and its loop never runs: this is what it means)
+
+
+def coalesce_streams(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """nbval's merge: one output per stream name, at its first chunk; \r and \b applied."""
+    merged: list[dict[str, Any]] = []
+    streams: dict[str, dict[str, Any]] = {}
+    for o in outputs:
+        if o["output_type"] != "stream":
+            merged.append(o)
+        elif o["name"] in streams:
+            streams[o["name"]]["text"] += o["text"]
+        else:
+            streams[o["name"]] = {"output_type": "stream", "name": o["name"], "text": o["text"]}
+            merged.append(streams[o["name"]])
+    for o in streams.values():
+        old = None
+        while old != o["text"]:
+            old, o["text"] = o["text"], BACKSPACE.sub("", o["text"])
+        o["text"] = CARRIAGE_RETURN.sub("", o["text"])
+    return merged
+
+
 def cell_texts(cell, subs) -> list[str]:
     out = []
-    for o in cell.get("outputs", []):
+    for o in coalesce_streams(cell.get("outputs", [])):
         if o["output_type"] == "stream":
             out.append(f"[{o['name']}] " + o["text"])
         elif o["output_type"] == "error":
@@ -44,8 +76,6 @@ def cell_texts(cell, subs) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import nbformat
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sanitize", help="nbval sanitize file (regex / replace sections)")
     ap.add_argument("run1")

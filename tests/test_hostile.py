@@ -3,12 +3,14 @@
 Command line (in-process through ``cli.main``): exit 2 with one ``idlib: error:`` line for bad
 input, never a traceback, never a hang; the Python API raises ConfigError naming the argument.
 """
+import importlib.util
 import json
 import os
 import threading
 import time
 from pathlib import Path
 
+import nbformat
 import numpy as np
 import pytest
 
@@ -153,3 +155,33 @@ def test_measure_names_the_bad_argument(kw, message):
 def test_from_hf_of_a_list_is_a_config_error():
     with pytest.raises(ConfigError):
         config_from_hf([1])
+
+
+# -- make determinism: stream chunks are not differences ---------------------------------------
+
+def _compare_outputs():
+    spec = importlib.util.spec_from_file_location(
+        "compare_outputs", Path(__file__).parents[1] / "benchmarks" / "compare_outputs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_determinism_merges_stream_chunks_as_nbval_does(tmp_path, capsys):
+    co = _compare_outputs()
+    out = lambda name, text: nbformat.v4.new_output("stream", name=name, text=text)  # noqa: E731
+    plot = nbformat.v4.new_output("display_data", data={"text/plain": "<Figure>"})
+    one = [out("stdout", "a = 1\nb"), out("stderr", "w\n"), out("stdout", " = 2\n"), plot]
+    other = [out("stdout", "a = 1\n"), out("stderr", "w\n"), out("stdout", "b = 2\n"), plot]
+    for run, outputs in (("run1", one), ("run2", other)):
+        (tmp_path / run).mkdir()
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print()", outputs=outputs)])
+        nbformat.write(nb, tmp_path / run / "ch.ipynb")
+    assert co.main([str(tmp_path / "run1"), str(tmp_path / "run2")]) == 0
+    assert "identical text outputs" in capsys.readouterr().out
+    nb = nbformat.read(tmp_path / "run2" / "ch.ipynb", as_version=4)
+    nb.cells[0].outputs[2]["text"] = "b = 3\n"                     # a real difference is still one
+    nbformat.write(nb, tmp_path / "run2" / "ch.ipynb")
+    assert co.main([str(tmp_path / "run1"), str(tmp_path / "run2")]) == 1
+    assert "run2: b = 3" in capsys.readouterr().out
+    assert co.coalesce_streams([out("stdout", "10%\r100%\nab\x08c\n")])[0]["text"] == "100%\nac\n"
