@@ -28,7 +28,7 @@ from ..certify import Check, check
 from ..config import AttentionConfig
 from ..counting import rotation_classes
 from ..rank import measure, softmax_budget  # noqa: F401 (softmax_budget re-exported for chapter 4)
-from ..symmetry import commutant_basis
+from ..symmetry import commutant_basis, linear_action
 
 
 def random_gl(k: int, seed: int, scale: float = 0.5) -> torch.Tensor:
@@ -58,29 +58,18 @@ def act_qk(config: AttentionConfig, params: Params, A_heads: list[torch.Tensor],
            A_keys: list[torch.Tensor]) -> Params:
     """W_Q^h -> W_Q^h A_heads[h], W_K^g -> W_K^g A_keys[g]^{-T} (and b_Q, b_K alike).
 
-    The theorem's symmetry is A_heads[h] = A_keys[g(h)]; other choices break it.
+    The theorem's symmetry is A_heads[h] = A_keys[g(h)]; other choices break it
+    (``idlib.symmetry.linear_action`` applies the maps).
     """
-    p = dict(params)
-    p["W_Q"] = torch.stack([params["W_Q"][h] @ A_heads[h] for h in range(config.n_heads)])
-    inv_T = [torch.linalg.inv(A).T for A in A_keys]
-    p["W_K"] = torch.stack([params["W_K"][g] @ inv_T[g] for g in range(config.n_kv_heads)])
-    if "b_Q" in p:
-        p["b_Q"] = torch.stack([params["b_Q"][h] @ A_heads[h] for h in range(config.n_heads)])
-    if "b_K" in p:
-        p["b_K"] = torch.stack([params["b_K"][g] @ inv_T[g] for g in range(config.n_kv_heads)])
-    return p
+    return linear_action(config, params, Q=torch.stack(A_heads),
+                         K=torch.linalg.inv(torch.stack(A_keys)).transpose(-1, -2))
 
 
 def act_vo(config: AttentionConfig, params: Params, B_values: list[torch.Tensor],
            B_heads: list[torch.Tensor]) -> Params:
     """W_V^g -> W_V^g B_values[g] (and b_V), W_O^h -> B_heads[h]^{-1} W_O^h."""
-    p = dict(params)
-    p["W_V"] = torch.stack([params["W_V"][g] @ B_values[g] for g in range(config.n_kv_heads)])
-    p["W_O"] = torch.stack([torch.linalg.solve(B_heads[h], params["W_O"][h])
-                            for h in range(config.n_heads)])
-    if "b_V" in p:
-        p["b_V"] = torch.stack([params["b_V"][g] @ B_values[g] for g in range(config.n_kv_heads)])
-    return p
+    return linear_action(config, params, V=torch.stack(B_values),
+                         O=torch.linalg.inv(torch.stack(B_heads)))
 
 
 def output_change(config: AttentionConfig, before: Params, after: Params, X: torch.Tensor,
