@@ -3,7 +3,7 @@
 Each shipped file under ``idlib/data/configs/`` is the attention part of a published Hugging Face
 ``config.json`` (values copied, nothing derived), plus keys starting with ``_`` that record where
 it comes from (``_source``: repository and path on the Hub; ``_checked_against``: where the values
-were read; ``_confirmed`` / ``_unconfirmed_fields``; ``_notes``).  ``AttentionConfig.from_hf``
+were read; ``_confirmed`` / ``_unconfirmed_fields``; ``_notes``).  ``idlib.hf.config_from_hf``
 ignores the ``_`` keys, so every file also works as ``python -m idlib count --config FILE``.
 
 For each model the census gives the closed-form count of one attention layer
@@ -29,7 +29,7 @@ from typing import Any
 from ..attention import n_params
 from ..config import AttentionConfig, ConfigError
 from ..counting import count
-from ..hf import approximation_note
+from ..hf import approximation_note, config_from_hf
 from ..rank import measure
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "data" / "configs"
@@ -88,12 +88,12 @@ def _build(data: dict[str, Any], name: str) -> tuple[AttentionConfig | None, str
     text = _text_config(data)
     model_type = str(text.get("model_type") or data.get("model_type") or "").lower()
     try:
-        cfg = AttentionConfig.from_hf(data)
+        cfg = config_from_hf(data)
     except ConfigError as e:
         note = approximation_note(data)
         if note is None:
             return None, "not representable", str(e)
-        return AttentionConfig.from_hf(data, approximate=True), "approximate", note
+        return config_from_hf(data, approximate=True), "approximate", note
     status, reason = "exact", ""
     extra = ARCHITECTURE_FIELDS.get(model_type) or ARCHITECTURE_FIELDS.get(
         str(data.get("model_type", "")).lower())
