@@ -1,0 +1,78 @@
+"""idlib.implementations: the transformers modules people run, measured like idlib's own layer."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from idlib import implementations as impl          # noqa: E402
+from idlib.config import ConfigError               # noqa: E402
+from idlib.counting import count                   # noqa: E402
+
+PARTIAL = {"phi", "gpt_neox", "stablelm", "persimmon", "glm"}
+# family -> closed-form identified count I of the small layer d 8, 2 heads of 4 (half rotated
+# where the family rotates part of each head), the family's biases switched on
+EXPECTED_I = {"llama": 240, "mistral": 216, "mixtral": 216, "qwen2": 240, "qwen2_moe": 240,
+              "qwen3": 250, "qwen3_moe": 250, "gemma": 240, "gemma2": 216, "gemma3_text": 250,
+              "granite": 240, "olmo": 240, "glm": 232, "starcoder2": 240, "phi3": 216, "phi": 232,
+              "stablelm": 232, "persimmon": 232, "gpt_neox": 232, "falcon": 240, "gpt2": 208,
+              "bert": 208, "t5": 192}
+
+
+def layer(family):
+    return dict(d=8, H=2, G=2, k=4, rope_fraction=0.5 if family in PARTIAL else 1.0,
+                bias=family != "gemma2")
+
+
+@pytest.mark.parametrize("family", sorted(impl.SPECS))
+def test_real_module_agrees_with_the_closed_form(family):
+    c = impl.check(family, **layer(family))
+    assert c.n_params == c.total == count(c.config).total
+    assert c.certified and c.gap >= 1e6
+    assert c.rank == c.identified == EXPECTED_I[family]
+    assert c.agrees
+
+
+def test_grouped_heads_and_multi_query():
+    c = impl.check("llama", d=8, H=4, G=2, k=2)
+    assert (c.config.n_kv_heads, c.rank, c.identified, c.agrees) == (2, 180, 180, True)   # P 192, per group RoPE commutant 2 + GL(2) on VO
+    c = impl.check("falcon", d=8, H=4, G=1, k=2)
+    assert (c.config.n_kv_heads, c.rank, c.identified, c.agrees) == (1, 154, 154, True)
+
+
+def test_the_kernel_and_norms_are_the_modules_own():
+    """eager64 and RMSNorm64 compute what transformers' own eager attention and norms compute
+    (to float32 round-off, where those run)."""
+    built = impl.build("qwen3", d=8, H=2, G=1, k=4)
+    assert isinstance(built.module.q_norm, impl.RMSNorm64)
+    import transformers
+    from transformers.models.qwen3 import modeling_qwen3 as mq
+    X = impl.inputs(built.config, n_sequences=2)
+    ours = impl.forward(built, X)
+    built.hf_config._attn_implementation = "eager"
+    own = mq.Qwen3Attention(built.hf_config, layer_idx=0).to(torch.float64)
+    own.load_state_dict(built.module.state_dict())
+    pe = impl.position_embeddings(built.rotary, X, torch.arange(X.shape[1])[None])
+    theirs = own(X, pe, impl._mask(X.shape[1], True))[0]
+    assert transformers.__version__ == "5.23.0"
+    assert torch.allclose(ours, theirs, rtol=1e-5, atol=1e-6) and not torch.equal(ours, theirs)
+
+
+def test_float32_families_are_refused():
+    data = {"model_type": "cohere", "hidden_size": 64, "num_attention_heads": 4}
+    with pytest.raises(ConfigError, match=re.escape("family 'cohere' cannot be measured in float64: "
+                                                    "CohereAttention applies RoPE in float32")):
+        impl.check_family_of(data)
+    with pytest.raises(ConfigError, match="has no real-implementation check"):
+        impl.check_family_of({"model_type": "olmo2", "hidden_size": 64, "num_attention_heads": 4},
+                             family="olmo2")
+
+
+def test_census_config_through_its_real_module():
+    path = Path(impl.__file__).parent / "data" / "configs" / "llama-3-8b.json"
+    c = impl.check_family_of(json.loads(path.read_text()))
+    assert (c.config.n_heads, c.config.n_kv_heads, c.config.rotary_dim) == (8, 2, 2)
+    assert c.rank == c.identified == 308 and c.agrees
