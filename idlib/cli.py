@@ -19,7 +19,8 @@ from fractions import Fraction
 from typing import Any, NoReturn, Sequence
 
 from .attention import n_params
-from .certify import CERTIFY_GAP, check
+from . import implementations
+from .certify import CERTIFY_GAP, check, format_gap
 from .config import MAX_SEED, AttentionConfig, ConfigError, check_fields, read_json, show
 from .counting import count
 from .fastrank import applicable
@@ -126,6 +127,10 @@ GROUP_TITLES = {"layer": "the attention layer (flags override --config)",
 
 # (flag, argparse keywords; dest is the flag's name): the options of verify only
 VERIFY_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("--implementation", dict(choices=("idlib", "transformers"), default="idlib",
+                              help="measure idlib's own layer (default) or, with --config, the "
+                                   "family's transformers module at a small layer of the same "
+                                   "structure (chapter 9)")),
     ("--seed", dict(type=integer, default=0, metavar="S",
                     help=f"seed of the random parameters and inputs, 0..{MAX_SEED} (default 0)")),
     ("--attempts", dict(type=integer, default=DEFAULT_ATTEMPTS, metavar="N",
@@ -147,6 +152,9 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
     groups = {key: p.add_argument_group(title) for key, title in GROUP_TITLES.items()}
     groups["layer"].add_argument("--config", metavar="FILE",
                                  help="JSON file: AttentionConfig fields or a Hugging Face config.json")
+    groups["layer"].add_argument("--family", metavar="NAME",
+                                 help="the family of a Hugging Face config whose model_type idlib "
+                                      "does not know, e.g. llama (never guessed; see idlib.hf)")
     for group, name, flag, kw in LAYER_FLAGS:
         groups[group].add_argument(flag, dest=name, **kw)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -201,7 +209,9 @@ def file_fields(path: str, family: str | None = None) -> dict[str, Any]:
 
 def config_from_args(args: argparse.Namespace) -> AttentionConfig:
     """The layer the arguments describe (raises ConfigError / UsageError on bad input)."""
-    values = {} if args.config is None else file_fields(args.config)
+    if args.family is not None and args.config is None:
+        raise UsageError("--family names the family of a --config file; give --config FILE")
+    values = {} if args.config is None else file_fields(args.config, args.family)
     for name in FLAG_OF:
         value = getattr(args, name)
         if value is not None:
@@ -337,6 +347,31 @@ def format_verify(report: dict[str, Any]) -> str:
         f"verdict: {verdict}"])
 
 
+def verify_implementation(args: argparse.Namespace) -> int:
+    """verify --implementation transformers: the family's own attention module (idlib.implementations)
+    at a small layer with the file's structure, closed form against its measured rank."""
+    if args.config is None:
+        raise UsageError("--implementation transformers needs --config FILE (a Hugging Face config)")
+    data, name = read_json(args.config)
+    c = implementations.check_family_of(data, name, args.family, args.seed)
+    report = {"family": c.label, "config": c.config.to_dict(), "total": c.total,
+              "identified": c.identified, "unidentified": c.unidentified,
+              "numerical": {"rank": c.rank, "n_params": c.n_params, "gap": _finite_or_none(c.gap),
+                            "certified": c.certified, "unidentified": c.measured_unidentified},
+              "agrees": c.agrees}
+    if args.json:
+        print(json.dumps(report, allow_nan=False))
+    else:
+        print(f"{name}: family {c.label}, its transformers module at the small layer\n"
+              f"{_config_line(c.config)}\n"
+              f"{'':<12} {'closed form':>12} {'measured':>12}\n"
+              f"{'identified':<12} {c.identified:>12} {c.rank:>12}\n"
+              f"{'unidentified':<12} {c.unidentified:>12} {c.measured_unidentified:>12}\n"
+              f"gap {format_gap(c.gap)}, {'certified' if c.certified else 'NOT certified'}\n"
+              f"verdict: {'AGREES' if c.agrees else 'DISAGREES'}")
+    return 0 if c.agrees else 1
+
+
 # -- entry point ---------------------------------------------------------------------------
 
 def _fail(message: str) -> int:
@@ -358,6 +393,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report, allow_nan=False) if args.json else
               _config_line(config) + "\n" + format_count(report))
         return 0
+    if args.implementation == "transformers":
+        return verify_implementation(args)
     count(config)                     # a layer whose count is not derived: refused before measuring
     check_verify_args(args, config)
     report = verify_report(config, args.seed, args.attempts, args.spread_from)
@@ -374,5 +411,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(e))
     except MemoryError:
         return _fail("out of memory (try a smaller layer)")
+    except RuntimeError as e:                       # torch's allocator: "can't allocate memory"
+        if "alloc" not in str(e).lower():
+            raise
+        return _fail(f"out of memory (try a smaller layer): {str(e).splitlines()[0]}")
     except (OverflowError, RecursionError) as e:
         return _fail(f"input too large to process ({type(e).__name__}: {e})")

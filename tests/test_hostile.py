@@ -67,6 +67,16 @@ def test_refused_in_one_line_fast(args, message, capsys):
     assert time.perf_counter() - start < 2.0
 
 
+@pytest.mark.parametrize("error", [MemoryError(), OverflowError("int too large to convert"),
+                                   RuntimeError("DefaultCPUAllocator: can't allocate memory")])
+def test_resource_errors_are_one_line(error, capsys, monkeypatch):
+    def fail(config):
+        raise error
+    monkeypatch.setattr(cli, "count_report", fail)
+    rc, out, err = _main(["count", "--d-model", "8"], capsys)
+    assert (rc, out) == (2, "") and len(err.splitlines()) == 1 and err.startswith("idlib: error: ")
+
+
 @pytest.mark.parametrize("d_model, heads, unidentified", [
     (16384, 1, 16384 ** 2 + 16384),            # one head, 8192 planes, all distinct: 2 r/2 + v^2
     (1048576, 1, 1048576 ** 2 + 1048576),      # 524,288 rotation planes (the 2 s bound)
