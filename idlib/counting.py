@@ -7,7 +7,8 @@ r = rotary dims per head. Every count below is derived in the book (chapters 1-5
   (L_1..L_m in R^{a x k}, R in R^{b x k}) -> (L_h R^T) has dimension ``factor_fiber(a, b, k, m)``;
   k^2 (the group GL(k)) when k <= b.  With RoPE (k <= d) it is the commutant of the rotations.
 * Key bias.  softmax ignores per-row constants, so b_K is unidentified except for the part that
-  RoPE rotates: ``fixed_dim`` unidentified dims per group (all k without RoPE).
+  RoPE rotates: the dims fixed by every rotation (nu_+) are unidentified per group (all k
+  without RoPE).
 * VO of a group.  The layer sees W_V W_O^h: fiber ``factor_fiber(d, d, v, m)``.
 * Value bias.  It only adds the constant c = sum_h b_V^g W_O^h; with an output bias that is
   absorbed (all G v unidentified), otherwise c moves in min(d, G v) identified directions.
@@ -27,6 +28,14 @@ query heads per key/value group and set:
   a layer with input width d_in = d - 1.
 * Cross-layer K/V sharing: the S layers of a run share the group's GL(k), GL(v): the
   single-layer fibers with m replaced by S m, once per set.
+
+Rotation classes (``layer_classes``): planes whose offset-1 rotations agree up to conjugation
+(within ROTATION_TOL) form one class.  Explicit frequencies are sorted (O(P log P), P planes);
+the standard ones base^(-2i/r) are grouped in closed form (``_standard_classes``, O(distinct
+class sizes)), so any width the config accepts (up to 2**53) is counted at once.
+
+Which layers have a derived count is decided here, beside the formulas (``check_derived``):
+``count`` refuses the others with a ConfigError naming the rule.
 """
 from __future__ import annotations
 
@@ -42,7 +51,8 @@ from .config import AttentionConfig, ConfigError
 ROTATION_TOL = 1e-9             # two rotations are one class when |e^{i theta} - e^{i theta'}| < this
 MAX_TABULATED_PLANES = 1 << 22  # frequencies held as a tensor (explicit, or a base below 1)
 CLOSED_FORM_PLANES = 1 << 12    # standard frequencies beyond this many planes: classes in closed form
-MAX_CLASS_SIZES = 20_000       # distinct class sizes the closed form walks through (standard RoPE)
+MAX_CLASS_SIZES = 20_000        # distinct class sizes the closed form walks through (standard RoPE)
+
 
 @dataclass(frozen=True)
 class ComponentCount:
