@@ -387,14 +387,14 @@ def run(args: argparse.Namespace) -> int:
         rows = census_rows()
         print(json.dumps(rows, allow_nan=False) if args.json else format_census(rows))
         return 0
+    if args.command == "verify" and args.implementation == "transformers":
+        return verify_implementation(args)          # reads --config itself (once)
     config = config_from_args(args)
     if args.command == "count":
         report = count_report(config)
         print(json.dumps(report, allow_nan=False) if args.json else
               _config_line(config) + "\n" + format_count(report))
         return 0
-    if args.implementation == "transformers":
-        return verify_implementation(args)
     count(config)                     # a layer whose count is not derived: refused before measuring
     check_verify_args(args, config)
     report = verify_report(config, args.seed, args.attempts, args.spread_from)
