@@ -10,7 +10,7 @@ import pytest
 
 import numpy as np
 
-from idlib.config import MAX_CONFIG_BYTES, AttentionConfig, ConfigError, read_json
+from idlib.config import MAX_CONFIG_BYTES, RULES, AttentionConfig, ConfigError, read_json
 from idlib.hf import config_from_file, config_from_hf
 
 
@@ -224,3 +224,12 @@ def test_from_hf_refuses_what_is_not_a_config():
         config_from_hf([1])
     with pytest.raises(ConfigError, match="must be a JSON object"):
         AttentionConfig.from_dict([1])
+
+
+def test_every_field_has_a_rule_and_none_passes_unchecked():
+    names = [f.name for f in dataclasses.fields(AttentionConfig)]
+    assert list(RULES) == names
+    for name in names:                     # a list is never a valid value of any field
+        kw = {"d_model": 8, name: [1]}
+        with pytest.raises(ConfigError, match=re.escape(f"{name}=[1] must be")):
+            AttentionConfig(**kw)
