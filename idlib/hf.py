@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import AttentionConfig, ConfigError, read_json
+from .counting import count
 
 
 @dataclass(frozen=True)
@@ -410,7 +411,6 @@ def attention_fields_from_hf(data: Any, name: str = "config", approximate: bool 
 
 def _same_count_for_bases(fields_: dict[str, Any], thetas: list[float], name: str) -> None:
     """Layer types with different RoPE bases: refuse unless every base gives the same count."""
-    from .counting import count
     counts = {count(AttentionConfig(**{**fields_, "rope_base": t})).unidentified for t in thetas}
     if len(counts) > 1:
         raise ConfigError(f"{name}: layer types with RoPE bases {thetas} have different counts; "

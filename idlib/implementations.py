@@ -25,7 +25,8 @@ import torch
 
 from .certify import Check, check as certify_check, is_certified, rank_from_singular_values
 from .config import AttentionConfig, ConfigError
-from .hf import config_from_hf
+from .hf import config_from_hf, family_of
+from .rank import default_n_sequences, default_seq_len
 
 DTYPE = torch.float64
 
@@ -337,7 +338,6 @@ class ModuleMeasurement:
 def inputs(config: AttentionConfig, seed: int = 0, n_sequences: int | None = None,
            seq_len: int | None = None) -> torch.Tensor:
     """Seeded N(0, 1) inputs, as many as :func:`idlib.rank.measure` takes for this layer."""
-    from .rank import default_n_sequences, default_seq_len
     n = default_seq_len(config) if seq_len is None else seq_len
     B = default_n_sequences(config, n) if n_sequences is None else n_sequences
     gen = torch.Generator().manual_seed(10_000 + seed)
@@ -410,7 +410,6 @@ def small_layer(config: AttentionConfig, family: str, widths: range = range(8, 1
 def check_family_of(data: Any, name: str = "config", family: str | None = None, seed: int = 0) -> Check:
     """The real-implementation check of a Hugging Face config: its family's module at the small
     layer :func:`small_layer` picks, against the closed form of what idlib reads from it."""
-    from .hf import family_of
     _, fam, _ = family_of(data, name, family)
     if fam in FLOAT32_INSIDE:
         raise ConfigError(f"{name}: family {fam!r} cannot be measured in float64: {FLOAT32_INSIDE[fam]}")

@@ -7,151 +7,141 @@ import re
 import pytest
 
 from idlib.studies import census
-from idlib.config import AttentionConfig, ConfigError
+from idlib.config import ConfigError
 from idlib.counting import count, unidentified_ratio_mha
 from idlib.hf import approximation_note, config_from_file, config_from_hf
 
 MODELS = {m.slug: m for m in census.load_models()}
 ROWS = {r["slug"]: r for r in census.census_rows()}
-HAS_LATENT = "kv_latent" in AttentionConfig.__dataclass_fields__
-HAS_QK_NORM = "qk_norm" in AttentionConfig.__dataclass_fields__
+
+# slug -> (P per layer, U per layer, printed shares: layer, without RoPE, grouping, QK-norm)
+EXPECTED = {
+    "bert-base": (2362368, 99840, ("4.23%", "-", "-", "-")),
+    "deepseek-v2-lite": (11534336, 655105, ("5.68%", "-", "-", "-")),
+    "falcon-7b": (41877504, 4160, ("0.01%", "0.02%", "0.36%", "-")),
+    "gemma-2-9b": (44040192, 526336, ("1.20%", "2.38%", "1.79%", "-")),
+    "gemma-3-4b": (15729152, 262284, ("1.67%", "1.67%", "2.50%", "1.67%")),
+    "gpt-neox-20b": (151019520, 933888, ("0.62%", "0.79%", "-", "-")),
+    "gpt2": (2362368, 99840, ("4.23%", "-", "-", "-")),
+    "llama-2-7b": (67108864, 528384, ("0.79%", "1.56%", "-", "-")),
+    "llama-3-8b": (41943040, 132096, ("0.31%", "0.62%", "0.79%", "-")),
+    "mistral-7b": (41943040, 132096, ("0.31%", "0.62%", "0.79%", "-")),
+    "mixtral-8x7b": (41943040, 132096, ("0.31%", "0.62%", "0.79%", "-")),
+    "olmo-2-7b": (67109120, 524416, ("0.78%", "0.78%", "-", "0.79%")),
+    "phi-3-mini": (37748736, 297984, ("0.79%", "1.56%", "-", "-")),
+    "qwen2.5-7b": (29364736, 66048, ("0.22%", "0.45%", "0.90%", "-")),
+    "qwen3-8b": (41943296, 131176, ("0.31%", "0.31%", "0.78%", "0.31%")),
+    "smollm2-1.7b": (16777216, 133120, ("0.79%", "1.56%", "-", "-")),
+}
 
 
-def test_at_least_fifteen_models_each_with_a_source():
-    assert len(MODELS) >= 15
+def test_every_shipped_model_is_in_the_table_with_a_source():
+    assert sorted(MODELS) == sorted(EXPECTED)
     for m in MODELS.values():
         assert re.fullmatch(r"[\w.-]+/[\w.-]+/config\.json( \(text_config\))?", m.source), m.source
         assert m.checked_against and m.name
         assert m.confirmed == (not m.unconfirmed_fields)
-        assert m.n_layers >= 1
+    assert {s for s, m in MODELS.items() if not m.confirmed} == {"deepseek-v2-lite", "gemma-3-4b"}
 
 
-@pytest.mark.parametrize("slug", sorted(MODELS))
-def test_every_shipped_config_loads(slug):
+@pytest.mark.parametrize("slug", sorted(EXPECTED))
+def test_counts_and_printed_shares(slug):
+    r, (P, U, shares) = ROWS[slug], EXPECTED[slug]
+    assert (r["per_layer_total"], r["per_layer_unidentified"]) == (P, U)
+    assert (r["total"], r["unidentified"], r["identified"]) == (r["layers"] * P, r["layers"] * U,
+                                                               r["layers"] * (P - U))
+    assert r["share"] == U / P
+    assert census.table_cells(r)[5:] == list(shares)
+
+
+@pytest.mark.parametrize("slug", sorted(EXPECTED))
+def test_every_shipped_config_is_what_count_reads(slug):
     m = MODELS[slug]
     raw = json.loads(m.path.read_text())
-    if "kv_lora_rank" in json.dumps(raw) and m.config is not None:
-        assert m.status == "approximate"          # latent K/V: counted through the variant
-    if m.status == "not representable":
-        assert m.config is None and m.reason
-        return
-    try:
-        direct = config_from_file(m.path)    # what `idlib count --config` reads
-    except ConfigError as e:       # refused exactly: latent K/V, OLMo 2's all-head QK-norm
-        assert "kv_lora_rank" in str(e) or "OLMo 2" in str(e)
-        assert m.status == "approximate" and m.reason == approximation_note(raw)
-        assert config_from_hf(raw, approximate=True) == m.config
-        return
-    extra = census.ARCHITECTURE_FIELDS.get(m.model_type, ({}, "", True))[0]
-    assert direct.replace(**{k: v for k, v in extra.items() if hasattr(direct, k)}) == m.config
-
-
-@pytest.mark.parametrize("slug", sorted(ROWS))
-def test_counts_are_consistent_integers(slug):
-    r = ROWS[slug]
-    if r["per_layer_total"] is None:
-        return
-    for key in ("per_layer_total", "per_layer_identified", "per_layer_unidentified",
-                "total", "identified", "unidentified"):
-        assert isinstance(r[key], int) and not isinstance(r[key], bool)
-    assert r["per_layer_identified"] + r["per_layer_unidentified"] == r["per_layer_total"]
-    assert r["identified"] + r["unidentified"] == r["total"]
-    assert r["total"] == r["layers"] * r["per_layer_total"]
-    assert r["share"] == r["per_layer_unidentified"] / r["per_layer_total"]
-    assert 0 < r["share"] < 1
+    if m.status == "approximate":           # refused exactly; counted with the approximation note
+        with pytest.raises(ConfigError, match="is not represented by AttentionConfig"):
+            config_from_file(m.path)
+        assert m.reason == approximation_note(raw) and config_from_hf(raw, approximate=True) == m.config
+    else:
+        assert m.status == "exact" and config_from_file(m.path) == m.config
 
 
 def test_gpt2_small_by_hand():
-    """d = 768, 12 heads of 64, biases on q, k, v, o, no RoPE, no grouping.
-
-    Per head GL(k) on QK and GL(k) on VO (k^2 each); b_Q identified (k <= d); b_K invisible to
-    softmax (all k per head); b_V absorbed by b_O (all v per head); b_O identified.
-    """
+    """d = 768, 12 heads of 64, biases on q, k, v, o, no RoPE, no grouping: per head GL(k) on QK
+    and on VO (k^2 each); b_K invisible to softmax (k per head); b_V absorbed by b_O (v per head)."""
     d, H, k = 768, 12, 64
-    total = 4 * d * d + 3 * H * k + d
-    unid = 2 * H * k * k + H * k + H * k
-    r = ROWS["gpt2"]
-    assert (r["layers"], r["per_layer_total"], r["per_layer_unidentified"]) == (12, total, unid)
-    assert (total, unid) == (2_362_368, 99_840)
-    assert r["total"] == 12 * total
-    assert r["share_without_rope"] is None and r["share_without_grouping"] is None
-    assert r["status"] == "exact"
+    assert (4 * d * d + 3 * H * k + d, 2 * H * k * k + 2 * H * k) == EXPECTED["gpt2"][:2]
+    assert ROWS["gpt2"]["layers"] == 12 and ROWS["gpt2"]["share_without_rope"] is None
 
 
-def test_llama2_7b_by_hand():
-    """d = 4096, 32 heads of 128, full RoPE with distinct frequencies: the QK commutant is
-    GL(1, C) per plane, 2 per plane = k per head; VO keeps GL(k)."""
-    d, H, k = 4096, 32, 128
-    r = ROWS["llama-2-7b"]
-    assert r["per_layer_total"] == 4 * d * d
-    assert r["per_layer_unidentified"] == H * (k + k * k) == 528_384
-    assert r["share_without_rope"] == unidentified_ratio_mha(H) == 1 / 64
-
-
-def test_falcon_7b_is_multi_query():
+def test_rotary_models_by_hand():
+    # Llama 2 7B: 32 heads of 128, full RoPE with distinct frequencies: k + k^2 per head
+    assert 32 * (128 + 128 ** 2) == EXPECTED["llama-2-7b"][1]
+    assert ROWS["llama-2-7b"]["share_without_rope"] == unidentified_ratio_mha(32) == 1 / 64
+    # Falcon 7B: one key/value group of 64: RoPE commutant 64, GL(64) on VO
     c = MODELS["falcon-7b"].config
     assert (c.n_heads, c.n_kv_heads, c.head_dim, c.rotary_dim) == (71, 1, 64, 64)
-    # one key/value group: RoPE commutant 64 on QK, GL(64) on VO
-    assert ROWS["falcon-7b"]["per_layer_unidentified"] == 64 + 64 * 64
+    assert 64 + 64 ** 2 == EXPECTED["falcon-7b"][1]
+    # Qwen2.5 7B: 4 groups of 128, biases q, k, v: no key-bias freedom under full RoPE, the value
+    # bias moves the output in all G v = 512 <= d directions
+    assert 4 * (128 + 128 ** 2) == EXPECTED["qwen2.5-7b"][1]
+    # GPT-NeoX 20B: 96-dim heads, 24 rotated: 2 * 12 + 72^2 on QK, 96^2 on VO, 72 key-bias and
+    # 96 value-bias dims per head
+    assert 64 * (24 + 72 ** 2 + 96 ** 2 + 72 + 96) == EXPECTED["gpt-neox-20b"][1]
+    # Gemma 3 4B: QK-norm with gains: per group m + 1 = 3 scalings, GL(256) on VO; the gains
+    # lose one dim per rotating plane (128)
+    assert 4 * (3 + 256 ** 2) + 128 == EXPECTED["gemma-3-4b"][1]
 
 
-def test_design_effects_match_the_plain_layers():
-    # Llama 3 8B without its grouping is Llama 2 7B's layer shape (d 4096, 32 heads of 128)
+def test_design_effects():
     assert ROWS["llama-3-8b"]["share_without_grouping"] == ROWS["llama-2-7b"]["share"]
-    # GPT-NeoX 20B: partial RoPE (24 of 96 dims) sits between full RoPE and none
+    assert ROWS["qwen3-8b"]["share_without_qk_norm"] == ROWS["llama-3-8b"]["share"]
     c = MODELS["gpt-neox-20b"].config
-    assert c.rotary_dim == 24 and c.bias == "qkvo"
-    full = count(c.replace(rope_fraction=1.0)).ratio
-    assert full < ROWS["gpt-neox-20b"]["share"] < ROWS["gpt-neox-20b"]["share_without_rope"]
-    # grouping raises the share of Mistral's layer, never lowers it
-    assert ROWS["mistral-7b"]["share"] < ROWS["mistral-7b"]["share_without_grouping"]
+    assert (c.rotary_dim, c.bias) == (24, "qkvo")
+    assert count(c.replace(rope_fraction=1.0)).ratio < ROWS["gpt-neox-20b"]["share"] \
+        < ROWS["gpt-neox-20b"]["share_without_rope"]
 
 
 def test_statuses():
-    assert MODELS["olmo-2-7b"].status == "approximate"
-    assert "all heads" in MODELS["olmo-2-7b"].reason or "whole projected" in MODELS["olmo-2-7b"].reason
-    assert MODELS["deepseek-v2-lite"].status == ("approximate" if HAS_LATENT else "not representable")
-    exact = {s for s, m in MODELS.items() if m.status == "exact"}
-    assert exact >= {"gpt2", "bert-base", "llama-2-7b", "llama-3-8b", "mistral-7b", "qwen2.5-7b",
-                     "gpt-neox-20b", "falcon-7b", "phi-3-mini", "smollm2-1.7b", "gemma-2-9b"}
-    if HAS_QK_NORM:
-        assert MODELS["qwen3-8b"].config.qk_norm == "gain"
-        assert MODELS["gemma-3-4b"].config.qk_norm == "gain"
-        assert ROWS["qwen3-8b"]["share_without_qk_norm"] == ROWS["llama-3-8b"]["share"]
+    assert {s for s, m in MODELS.items() if m.status != "exact"} == {"olmo-2-7b", "deepseek-v2-lite"}
+    assert "whole projected q" in MODELS["olmo-2-7b"].reason
+    assert "decoupled RoPE key" in MODELS["deepseek-v2-lite"].reason
+    assert MODELS["qwen3-8b"].config.qk_norm == MODELS["gemma-3-4b"].config.qk_norm == "gain"
 
 
 def test_format_and_json():
     rows = census.census_rows()
-    json.dumps(rows, allow_nan=False)
-    text = census.format_census(rows)
-    for r in rows:
-        assert r["name"] in text
-    assert text == census.census_table()
-    assert len(text.splitlines()[0].split()) >= len(census.CENSUS_COLUMNS)
+    assert json.loads(json.dumps(rows, allow_nan=False)) == rows
+    lines = census.format_census(rows).splitlines()
+    assert lines[0].split("  ")[0].strip() == "model" and [c for c in lines[0].split("  ") if c] == \
+        [c.rjust(len(c)) for c in lines[0].split("  ") if c]
+    header = [c.strip() for c in re.split(r"\s{2,}", lines[0].strip())]
+    assert header == list(census.CENSUS_COLUMNS)
+    gpt2 = next(line for line in lines if line.startswith("GPT-2"))
+    assert re.split(r"\s{2,}", gpt2.strip()) == ["GPT-2 (124M)", "12", "2,362,368", "28,348,416",
+                                                  "99,840", "4.23%", "-", "-", "-"]
+    assert lines[-1].startswith("OLMo 2 7B (1124): approximate: olmo2 normalises the whole")
 
 
 @pytest.mark.parametrize("slug", sorted(MODELS))
 def test_twin_keeps_the_pattern(slug):
     c = MODELS[slug].config
-    if c is None:
-        return
     t = census.twin(c)
     assert t.d_model <= 16 and count(t).total <= census.TWIN_MAX_PARAMS
     assert t.group_size == min(c.group_size, 8)
     assert (t.n_kv_heads == t.n_heads) == (c.n_kv_heads == c.n_heads)
-    assert t.rope_fraction == c.rope_fraction and t.bias == c.bias and t.causal == c.causal
-    for name in census.VARIANT_FIELDS:
-        if name != "kv_latent" and hasattr(c, name):
-            assert getattr(t, name) == getattr(c, name)
+    assert (t.rope_fraction, t.bias, t.causal, t.qk_norm, t.latent_norm) == \
+        (c.rope_fraction, c.bias, c.causal, c.qk_norm, c.latent_norm)
 
 
-@pytest.mark.parametrize("slug", ["gpt2", "qwen2.5-7b", "gemma-3-4b", "deepseek-v2-lite"])
-def test_twins_agree_with_measured_rank(slug):
-    c = MODELS[slug].config
-    if c is None:
-        pytest.skip("not representable with this AttentionConfig")
-    r = census.twin_check(c, seed=0)
-    assert r["certified"] and r["gap"] >= 1e6
-    assert r["rank"] == r["closed_form_identified"]
-    assert r["measured_unidentified"] == r["closed_form_unidentified"] > 0
-    assert r["agrees"]
+@pytest.mark.parametrize("slug, twin, identified, unidentified", [
+    ("gpt2", "d=8 H=4 G=4 k=2 bias=qkvo", 240, 48),          # 2 * 4 * 2^2 + 4 * 2 + 4 * 2
+    ("qwen2.5-7b", "d=14 H=7 G=1 k=2 r=2 bias=qkv", 460, 6),
+    ("gemma-3-4b", "d=10 H=4 G=2 k=2 r=2 qk_norm=gain", 229, 15),
+    ("deepseek-v2-lite", "d=8 H=4 G=4 k=2 kv_latent=4 latent_norm=True", 185, 39)])
+def test_twins_agree_with_measured_rank(slug, twin, identified, unidentified):
+    r = census.twin_check(MODELS[slug].config, seed=0)
+    assert census.describe_twin(r["twin"]) == twin
+    assert r["certified"] and r["gap"] >= 1e6 and r["agrees"]
+    assert (r["rank"], r["closed_form_identified"]) == (identified, identified)
+    assert (r["measured_unidentified"], r["closed_form_unidentified"]) == (unidentified, unidentified)

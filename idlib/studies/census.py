@@ -13,8 +13,8 @@ its RoPE, without its key/value grouping and without its QK-norm: the effect of 
 choice.  :func:`twin` builds a small layer with the same head/group pattern, rotary share,
 biases and norms, small enough for :func:`idlib.rank.measure` to confirm its count.
 
-What the config does not say but the architecture fixes (QK-norm in Qwen3, Gemma 3 and OLMo 2)
-is added from :data:`ARCHITECTURE_FIELDS`; where the layer model cannot represent an
+What the config does not say but the architecture fixes (QK-norm in Qwen3 and Gemma 3) is read
+from the family table of :mod:`idlib.hf`; where the layer model cannot represent an
 architecture exactly (OLMo 2's norm over all heads, DeepSeek's decoupled RoPE key) the row is
 marked ``approximate`` or ``not representable`` with the reason, never silently adjusted.
 """
@@ -22,36 +22,22 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..attention import n_params
+from ..attention import n_params, rope_frequencies
+from ..certify import check
 from ..config import AttentionConfig, ConfigError
 from ..counting import count
 from ..hf import approximation_note, config_from_hf
 from ..rank import measure
+from ..report.tables import format_share
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "data" / "configs"
 
-# Attention fields the architecture fixes but its config.json does not spell out.
-# (model_type -> AttentionConfig field values, reason, whether the representation is exact)
-ARCHITECTURE_FIELDS: dict[str, tuple[dict[str, Any], str, bool]] = {
-    "qwen3": ({"qk_norm": "gain"}, "per-head RMSNorm of q and k with gains shared by the heads", True),
-    "qwen3_moe": ({"qk_norm": "gain"}, "per-head RMSNorm of q and k with gains shared by the heads", True),
-    "gemma3": ({"qk_norm": "gain"}, "per-head RMSNorm of q and k with gains shared by the heads", True),
-    "gemma3_text": ({"qk_norm": "gain"}, "per-head RMSNorm of q and k with gains shared by the heads", True),
-    "olmo2": ({"qk_norm": "gain"},
-              "OLMo 2 normalises the whole projected q (width H*k) and k (G*k) with gains of that "
-              "width; represented by per-head QK-norm with shared gains", False),
-}
-
-# The variant fields the census reads when AttentionConfig has them (added in parallel).
+# The variant fields a twin keeps.
 VARIANT_FIELDS = ("qk_norm", "kv_latent", "latent_norm")
-
-
-def _has_field(name: str) -> bool:
-    return name in {f.name for f in fields(AttentionConfig)}
 
 
 @dataclass(frozen=True)
@@ -85,8 +71,6 @@ def _text_config(data: dict[str, Any]) -> dict[str, Any]:
 
 def _build(data: dict[str, Any], name: str) -> tuple[AttentionConfig | None, str, str]:
     """(config, status, reason) for one HF config dict."""
-    text = _text_config(data)
-    model_type = str(text.get("model_type") or data.get("model_type") or "").lower()
     try:
         cfg = config_from_hf(data)
     except ConfigError as e:
@@ -94,20 +78,7 @@ def _build(data: dict[str, Any], name: str) -> tuple[AttentionConfig | None, str
         if note is None:
             return None, "not representable", str(e)
         return config_from_hf(data, approximate=True), "approximate", note
-    status, reason = "exact", ""
-    extra = ARCHITECTURE_FIELDS.get(model_type) or ARCHITECTURE_FIELDS.get(
-        str(data.get("model_type", "")).lower())
-    if extra is not None:
-        values, why, exact = extra
-        settable = {k: v for k, v in values.items() if _has_field(k)}
-        unset = {k: v for k, v in settable.items() if getattr(cfg, k) != v}
-        if unset:
-            cfg = cfg.replace(**unset)
-        if len(settable) < len(values):
-            status, reason = "approximate", why + " (AttentionConfig has no qk_norm field yet: counted without it)"
-        elif not exact:
-            status, reason = "approximate", why
-    return cfg, status, reason
+    return cfg, "exact", ""
 
 
 def load_model(path: str | Path) -> CensusModel:
@@ -131,8 +102,12 @@ def load_models(directory: str | Path = CONFIG_DIR) -> list[CensusModel]:
 
 # -- the effect of each design choice -------------------------------------------------------
 
-def _share(config: AttentionConfig | None) -> float | None:
-    return None if config is None else count(config).ratio
+def _share(config: AttentionConfig | None) -> tuple[int, int] | None:
+    """(U, P) of a layer, None for no layer."""
+    if config is None:
+        return None
+    c = count(config)
+    return c.unidentified, c.total
 
 
 def _without(config: AttentionConfig, **changes: Any) -> AttentionConfig | None:
@@ -143,9 +118,9 @@ def _without(config: AttentionConfig, **changes: Any) -> AttentionConfig | None:
         return None
 
 
-def design_effects(config: AttentionConfig) -> dict[str, float | None]:
-    """Unidentified share with each of the layer's design choices undone (None: not used)."""
-    out: dict[str, float | None] = {"without_rope": None, "without_grouping": None,
+def design_effects(config: AttentionConfig) -> dict[str, tuple[int, int] | None]:
+    """(U, P) with each of the layer's design choices undone (None: not used)."""
+    out: dict[str, tuple[int, int] | None] = {"without_rope": None, "without_grouping": None,
                                     "without_qk_norm": None}
     if config.rotary_dim:
         out["without_rope"] = _share(_without(config, rope_fraction=0.0))
@@ -157,7 +132,8 @@ def design_effects(config: AttentionConfig) -> dict[str, float | None]:
 
 
 def census_row(model: CensusModel) -> dict[str, Any]:
-    """One row of the census (integers exact; shares as floats; None where not applicable)."""
+    """One row of the census (integers exact; shares as floats U / P, and as printed by
+    ``format_share`` in ``share_text``; None where not applicable)."""
     row: dict[str, Any] = {
         "slug": model.slug, "name": model.name, "model_type": model.model_type,
         "layers": model.n_layers, "status": model.status, "reason": model.reason,
@@ -169,6 +145,7 @@ def census_row(model: CensusModel) -> dict[str, Any]:
                                       "per_layer_unidentified", "total", "identified",
                                       "unidentified", "share", "share_without_rope",
                                       "share_without_grouping", "share_without_qk_norm")})
+        row["share_text"] = {k: "-" for k in SHARE_KEYS}
         return row
     c = count(cfg)
     L = model.n_layers
@@ -179,19 +156,25 @@ def census_row(model: CensusModel) -> dict[str, Any]:
         "per_layer_unidentified": c.unidentified,
         "total": L * c.total, "identified": L * c.identified, "unidentified": L * c.unidentified,
         "share": c.ratio,
-        "share_without_rope": effects["without_rope"],
-        "share_without_grouping": effects["without_grouping"],
-        "share_without_qk_norm": effects["without_qk_norm"]})
+        "share_without_rope": _ratio(effects["without_rope"]),
+        "share_without_grouping": _ratio(effects["without_grouping"]),
+        "share_without_qk_norm": _ratio(effects["without_qk_norm"]),
+        "share_text": {"share": format_share(c.unidentified, c.total),
+                       **{"share_" + k: "-" if v is None else format_share(*v)
+                          for k, v in effects.items()}}})
     return row
+
+
+SHARE_KEYS = ("share", "share_without_rope", "share_without_grouping", "share_without_qk_norm")
+
+
+def _ratio(counts: tuple[int, int] | None) -> float | None:
+    return None if counts is None else counts[0] / counts[1]
 
 
 def census_rows(directory: str | Path = CONFIG_DIR) -> list[dict[str, Any]]:
     """The census, one dict per shipped model (what ``python -m idlib census --json`` prints)."""
     return [census_row(m) for m in load_models(directory)]
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.3f}%"
 
 
 def _big(n: int | None) -> str:
@@ -207,9 +190,7 @@ def table_cells(row: dict[str, Any]) -> list[str]:
     mark = {"exact": "", "approximate": " (approx.)", "not representable": " (not counted)"}
     return [row["name"] + mark[row["status"]] + ("" if row["confirmed"] else " *"),
             str(row["layers"]), _big(row["per_layer_total"]), _big(row["total"]),
-            _big(row["per_layer_unidentified"]), _pct(row["share"]),
-            _pct(row["share_without_rope"]), _pct(row["share_without_grouping"]),
-            _pct(row["share_without_qk_norm"])]
+            _big(row["per_layer_unidentified"]), *(row["share_text"][k] for k in SHARE_KEYS)]
 
 
 def format_census(rows: list[dict[str, Any]]) -> str:
@@ -271,7 +252,7 @@ def twin(config: AttentionConfig, widths: range = TWIN_WIDTHS,
     target = config.n_heads * config.head_dim / config.d_model
     v_over_k = config.value_dim / config.head_dim
     frac = config.rope_fraction
-    extra = {name: getattr(config, name) for name in VARIANT_FIELDS if _has_field(name)}
+    extra = {name: getattr(config, name) for name in VARIANT_FIELDS}
     latent = extra.get("kv_latent")
     best = None
     for d in widths:
@@ -329,12 +310,11 @@ def twin_checks(models: list[CensusModel], seeds: tuple[int, ...] = (0,)) -> lis
 
 
 def _check_twin(t: AttentionConfig, seed: int) -> dict[str, Any]:
-    c = count(t)
-    m = measure(t, seed=seed)
+    c = check(t, measure(t, seed=seed))
     return {"seed": seed, "n_params": c.total, "closed_form_identified": c.identified,
-            "closed_form_unidentified": c.unidentified, "rank": m.rank,
-            "measured_unidentified": m.unidentified, "gap": m.gap, "certified": m.certified,
-            "agrees": bool(m.certified and m.n_params == c.total and m.rank == c.identified)}
+            "closed_form_unidentified": c.unidentified, "rank": c.rank,
+            "measured_unidentified": c.measured_unidentified, "gap": c.gap,
+            "certified": c.certified, "agrees": c.agrees}
 
 
 def describe_twin(t: AttentionConfig) -> str:
@@ -351,3 +331,32 @@ def describe_twin(t: AttentionConfig) -> str:
         if val not in (None, False, "none"):
             parts.append(f"{name}={val}")
     return " ".join(parts)
+
+
+# -- the frequency condition of the census theorem --------------------------------------------
+
+def frequencies_generic(config: AttentionConfig, frequencies: Any = None,
+                        tol: float = 1e-12) -> tuple[bool | None, str]:
+    """Do the layer's RoPE angles meet the condition of the census theorem? (verdict, reason).
+
+    Offsets are integers, so R(i) = R(1)^i and the commutant of every R(i) is that of R(1), whose
+    planes turn by omega_l = b^(-2(l-1)/r), l = 1..r/2. The commutant is one C* per plane (2 real
+    dims each) iff (1) no omega_l = 0 or pi mod 2 pi and (2) no omega_l = +-omega_l' mod 2 pi,
+    l != l'. Folding phi_l = min(omega_l mod 2 pi, 2 pi - omega_l mod 2 pi) in [0, pi] makes both
+    "every phi_l in (0, pi), all distinct"; after sorting, the margin is the smallest distance
+    of a phi to 0, to pi or to its neighbour (a coincidence when below ``tol``). None: no RoPE.
+    ``frequencies`` (the omega_l) replace the config's schedule, as in ``count``.
+    """
+    r = config.rotary_dim
+    if not r:
+        return None, "no RoPE: the condition does not apply"
+    two_pi = 2 * math.pi
+    folded = sorted(min(w % two_pi, two_pi - w % two_pi)
+                    for w in (float(x) for x in (rope_frequencies(config) if frequencies is None
+                                                 else frequencies)))
+    gaps = [folded[0], math.pi - folded[-1]] + [b - a for a, b in zip(folded, folded[1:])]
+    margin = min(gaps)
+    where = f"b={config.rope_base:g}, r={r}: {r // 2} angles"
+    if margin < tol:
+        return False, f"{where}, two coincide up to sign or one is 0 or pi mod 2 pi ({margin:.1e})"
+    return True, f"{where} in (0, pi), distinct up to sign; closest coincidence {margin:.1e} rad"
