@@ -29,7 +29,7 @@ from typing import Any
 from ..attention import n_params, rope_frequencies
 from ..certify import check
 from ..config import AttentionConfig, ConfigError
-from ..counting import count
+from ..counting import check_derived, count
 from ..hf import approximation_note, config_from_hf
 from ..rank import measure
 from ..report.tables import format_share
@@ -275,6 +275,7 @@ def twin(config: AttentionConfig, widths: range = TWIN_WIDTHS,
                     kw["kv_latent"] = _twin_latent(latent, config, k, d)
                 try:
                     cand = AttentionConfig(**kw)
+                    check_derived(cand)          # a twin must have a derived count
                 except (ConfigError, TypeError):
                     continue
                 p = n_params(cand)
