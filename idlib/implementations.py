@@ -24,9 +24,11 @@ from typing import Any, Callable
 import torch
 
 from .certify import Check, check as certify_check, is_certified, rank_from_singular_values
+from .attention import param_shapes
 from .config import AttentionConfig, ConfigError
 from .hf import config_from_hf, family_of
 from .rank import default_n_sequences, default_seq_len
+from .symmetry import random_group_element
 
 DTYPE = torch.float64
 
@@ -418,3 +420,125 @@ def check_family_of(data: Any, name: str = "config", family: str | None = None, 
                           f"{', '.join(sorted(SPECS))})")
     config = config_from_hf(data, family=family)
     return check(fam, seed=seed, **small_layer(config, fam))
+
+
+# -- the group action of chapters 1-5 on the real module's weights ---------------------------
+
+@dataclass(frozen=True)
+class Layout:
+    """Where idlib's W_Q^h, W_K^g, W_V^g, W_O^h (and biases, gains) sit in the module's tensors.
+
+    ``q``, ``k``, ``v``: (weight name, bias name or None, output indices (heads, width));
+    ``o``: (weight name, bias name or None, input indices (H, v)); ``conv1d``: weights stored
+    (in, out) (GPT-2) instead of nn.Linear's (out, in); ``gains``: QK-norm gain names, and
+    whether the norm multiplies by 1 + weight (Gemma)."""
+
+    q: tuple[str, str | None, torch.Tensor]
+    k: tuple[str, str | None, torch.Tensor]
+    v: tuple[str, str | None, torch.Tensor]
+    o: tuple[str, str | None, torch.Tensor]
+    conv1d: bool = False
+    gains: tuple[str, str] | None = None
+    one_plus: bool = False
+
+
+def _rows(n: int, width: int, start: int = 0, stride: int | None = None) -> torch.Tensor:
+    stride = width if stride is None else stride
+    return start + torch.arange(n)[:, None] * stride + torch.arange(width)[None, :]
+
+
+def layout(built: Built) -> Layout:
+    """The family's parameter layout (separate, GPT-2's Conv1D, fused per head, fused per group)."""
+    c, fam = built.config, built.family
+    H, G, k, v, m = c.n_heads, c.n_kv_heads, c.head_dim, c.value_dim, c.group_size
+    names = parameters(built)
+    bias = lambda w: w[: -len("weight")] + "bias" if w[: -len("weight")] + "bias" in names else None  # noqa: E731
+    o_name = {"phi": "dense", "bert": "dense", "t5": "o", "gpt_neox": "dense", "persimmon": "dense",
+              "falcon": "dense", "gpt2": "c_proj"}.get(fam, "o_proj") + ".weight"
+    o = (o_name, bias(o_name), _rows(H, v))
+    if fam in ("gpt_neox", "persimmon") or (fam == "falcon" and not built.hf_config.new_decoder_architecture
+                                            and not built.hf_config.multi_query):
+        w = "query_key_value.weight"
+        rows = _rows(H, k, stride=3 * k)
+        return Layout((w, bias(w), rows), (w, bias(w), rows + k), (w, bias(w), rows + 2 * k), o)
+    if fam == "falcon":
+        w = "query_key_value.weight"
+        if built.hf_config.multi_query and not built.hf_config.new_decoder_architecture:
+            q = _rows(H, k)
+            return Layout((w, bias(w), q), (w, bias(w), _rows(1, k, H * k)),
+                          (w, bias(w), _rows(1, k, (H + 1) * k)), o)
+        q = torch.cat([_rows(m, k, g * (m + 2) * k) for g in range(G)])
+        kk = _rows(G, k, m * k, (m + 2) * k)
+        return Layout((w, bias(w), q), (w, bias(w), kk), (w, bias(w), kk + k), o)
+    if fam in ("gpt2", "phi3"):
+        w = "c_attn.weight" if fam == "gpt2" else "qkv_proj.weight"
+        return Layout((w, bias(w), _rows(H, k)), (w, bias(w), _rows(G, k, H * k)),
+                      (w, bias(w), _rows(G, v, H * k + G * k)), o, conv1d=fam == "gpt2")
+    sep = {"bert": ("self_attn.query", "self_attn.key", "self_attn.value"), "t5": ("q", "k", "v")}.get(
+        fam, ("q_proj", "k_proj", "v_proj"))
+    q, kk, vv = (s + ".weight" for s in sep)
+    gains = ("q_norm.weight", "k_norm.weight") if "q_norm.weight" in names else None
+    one_plus = gains is not None and getattr(built.module.q_norm, "one_plus", False)
+    return Layout((q, bias(q), _rows(H, k)), (kk, bias(kk), _rows(G, k)), (vv, bias(vv), _rows(G, v)),
+                  o, gains=gains, one_plus=one_plus)
+
+
+def to_params(built: Built) -> dict[str, torch.Tensor]:
+    """The module's weights as idlib parameters (W_Q (H, d, k), ..., in idlib.attention's layout)."""
+    lay, p = layout(built), parameters(built)
+    out: dict[str, torch.Tensor] = {}
+    for letter, (w, b, idx) in zip("QKV", (lay.q, lay.k, lay.v)):
+        W = p[w] if lay.conv1d else p[w].T                         # (d, outputs)
+        out["W_" + letter] = torch.stack([W[:, i] for i in idx])
+    W = p[lay.o[0]] if lay.conv1d else p[lay.o[0]].T               # (H v, d)
+    out["W_O"] = torch.stack([W[i, :] for i in lay.o[2]])
+    for letter, (w, b, idx) in zip("QKVO", (lay.q, lay.k, lay.v, lay.o)):
+        if b is not None:
+            out["b_" + letter] = p[b] if letter == "O" else torch.stack([p[b][i] for i in idx])
+    if lay.gains:
+        for name, g in zip(("g_Q", "g_K"), lay.gains):
+            out[name] = p[g] + 1.0 if lay.one_plus else p[g]
+    return {name: out[name] for name in param_shapes(built.config)}
+
+
+def from_params(built: Built, params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The module's parameters with idlib's ``params`` written into them (inverse of to_params)."""
+    lay = layout(built)
+    p = {k: v.clone() for k, v in parameters(built).items()}
+    for letter, (w, b, idx) in zip("QKV", (lay.q, lay.k, lay.v)):
+        for i, block in zip(idx, params["W_" + letter]):
+            if lay.conv1d:
+                p[w][:, i] = block
+            else:
+                p[w][i, :] = block.T
+        if b is not None:
+            for i, block in zip(idx, params["b_" + letter]):
+                p[b][i] = block
+    for i, block in zip(lay.o[2], params["W_O"]):
+        if lay.conv1d:
+            p[lay.o[0]][i, :] = block
+        else:
+            p[lay.o[0]][:, i] = block.T
+    if lay.o[1] is not None:
+        p[lay.o[1]] = params["b_O"].clone()
+    if lay.gains:
+        for name, g in zip(("g_Q", "g_K"), lay.gains):
+            p[g] = params[name] - 1.0 if lay.one_plus else params[name].clone()
+    return p
+
+
+def symmetry_check(built: Built, seed: int = 0, scale: float = 0.5) -> dict[str, float]:
+    """Move the module's weights by a random element of idlib's symmetry group (idlib.symmetry,
+    chapters 1-5 and 7) and run the module's own forward: ``move`` = |theta' - theta| / |theta|,
+    ``change`` = max |out' - out| / max |out| (round-off when the group is right)."""
+    X = inputs(built.config, seed, n_sequences=4)
+    p = to_params(built)
+    if from_params(built, p).keys() != parameters(built).keys():
+        raise ConfigError(f"{built.family}: layout does not cover the module's parameters")
+    moved = from_params(built, random_group_element(built.config, p, seed=seed, scale=scale))
+    before = parameters(built)
+    flat = lambda d: torch.cat([t.reshape(-1) for t in d.values()])  # noqa: E731
+    with torch.no_grad():
+        out, out2 = forward(built, X), forward(built, X, moved)
+    return {"move": float((flat(moved) - flat(before)).norm() / flat(before).norm()),
+            "change": float((out2 - out).abs().max() / out.abs().max())}

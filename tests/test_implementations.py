@@ -76,3 +76,25 @@ def test_census_config_through_its_real_module():
     c = impl.check_family_of(json.loads(path.read_text()))
     assert (c.config.n_heads, c.config.n_kv_heads, c.config.rotary_dim) == (8, 2, 2)
     assert c.rank == c.identified == 308 and c.agrees
+
+
+@pytest.mark.parametrize("family", sorted(impl.SPECS))
+def test_group_action_on_the_real_weights_leaves_the_output(family):
+    built = impl.build(family, **layer(family))
+    p = impl.to_params(built)
+    back = impl.from_params(built, p)
+    assert all(torch.equal(back[n], t) for n, t in impl.parameters(built).items())
+    r = impl.symmetry_check(built, seed=1)
+    assert r["move"] > 0.2 and r["change"] < 1e-13
+
+
+def test_a_broken_action_changes_the_output():
+    """The check can fail: W_Q A with W_K A (not A^{-T}) changes a real module's output."""
+    built = impl.build("llama", **layer("llama"))
+    p = impl.to_params(built)
+    A = torch.eye(4, dtype=torch.float64) * 1.5
+    p = dict(p, W_Q=p["W_Q"] @ A, W_K=p["W_K"] @ A)
+    X = impl.inputs(built.config, n_sequences=2)
+    with torch.no_grad():
+        change = (impl.forward(built, X, impl.from_params(built, p)) - impl.forward(built, X)).abs().max()
+    assert change > 1e-3
