@@ -40,9 +40,10 @@ exit codes: 0 success; 1 verify disagrees with the closed form or the rank is no
 
 --config FILE holds either AttentionConfig fields ({"d_model": 16, "n_heads": 4, ...}) or a
 Hugging Face config.json (a regular file or a pipe, at most 1 MiB, read once). Flags override
-what the file says; sizes the file leaves to their defaults (n_kv_heads = heads, head_dim =
-d_model / heads, value_dim = head_dim) are derived after the flags are applied, so
-'--config llama.json --heads 16' re-derives head_dim.
+what the file says; sizes the file leaves to AttentionConfig's defaults (n_kv_heads = heads,
+head_dim = d_model / heads, value_dim = head_dim) are derived after the flags are applied, so
+'--heads 16' re-derives them; sizes the Hugging Face reader fills in from the family's
+defaults (idlib.hf) count as given (change them with --kv-heads / --head-dim).
 
 JSON output (--json): one object with total, identified, unidentified (integers), ratio
 (unidentified / total, a float), components (name -> total / identified / unidentified) and
