@@ -1,6 +1,6 @@
 """Checks of the built PDF that the browser test makes on the HTML (run by `make pdf`).
 
-    python tests/browser/check_pdf.py --log _build/latex/book.log --overfull-max 10 _build/latex/book.pdf
+    python tests/browser/check_pdf.py --log _build/latex/book.log --overfull-max 10 --overfull-pt 15 _build/latex/book.pdf
 
 Fails (exit 1, one line per defect) on more places with overfull boxes in the LaTeX log than
 allowed (text, tables or formulas running into the margin: the worst are listed with their
@@ -71,16 +71,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("pdf")
     ap.add_argument("--log", required=True, help="the LaTeX log (book.log)")
-    ap.add_argument("--overfull-max", type=int, default=10)
+    ap.add_argument("--overfull-max", type=int, default=10, help="places over 1 pt allowed")
+    ap.add_argument("--overfull-pt", type=float, default=15.0, help="no box wider than this (pt)")
     args = ap.parse_args(argv)
     problems = []
     boxes = overfull(Path(args.log).read_text(errors="replace"))
     big = [b for b in boxes if b[0] > 1.0]  # < 1 pt is invisible
     print(f"check_pdf: {len(big)} places with overfull boxes wider than 1 pt (allowed {args.overfull_max})"
           + (f", widest {big[0][0]:.0f} pt" if big else ""))
-    if len(big) > args.overfull_max:
+    wide = [b for b in big if b[0] > args.overfull_pt]
+    if len(big) > args.overfull_max or wide:
         problems += [f"overfull box {w:.1f} pt too wide {where} of book.tex" for w, where in big[:15]]
+    if len(big) > args.overfull_max:
         problems.append(f"{len(big)} places with overfull boxes > {args.overfull_max} allowed (OVERFULL_MAX)")
+    if wide:
+        problems.append(f"{len(wide)} overfull boxes wider than {args.overfull_pt:g} pt (OVERFULL_PT): "
+                        "text, a table or a formula into the margin or off the page")
     text = subprocess.run(["pdftotext", "-layout", args.pdf, "-"], check=True,
                           capture_output=True, text=True).stdout
     pages = text.split("\f")
