@@ -60,20 +60,24 @@ def browser():
 
 @pytest.fixture(scope="session")
 def audited(browser):
-    """audited(page, width) -> the audit of that page at that width (computed once)."""
-    cache: dict[tuple[str, int], dict] = {}
+    """audited(page, width) -> the audit of that page at that width (each page loaded once)."""
+    cache: dict[str, dict[int, dict]] = {}
 
     def get(page: str, width: int) -> dict:
-        if (page, width) not in cache:
-            cache[(page, width)] = _audit(browser, page, width)
-        return cache[(page, width)]
+        if page not in cache:
+            cache[page] = _audit(browser, page)
+        return cache[page][width]
 
     return get
 
 
-def _audit(browser, page: str, width: int) -> dict:
-    ctx = browser.new_context(viewport={"width": width, "height": 900}, device_scale_factor=1,
-                              java_script_enabled=True, offline=False)
+def _audit(browser, page: str) -> dict[int, dict]:
+    """Load one page (network off), let MathJax typeset it, audit it at each width.
+
+    The page is loaded once at the first width and then resized: MathJax's output does not
+    depend on the width, the layout is redone by the browser.
+    """
+    ctx = browser.new_context(viewport={"width": WIDTHS[0], "height": 900}, device_scale_factor=1)
     network, missing, errors = [], [], []
 
     def route(r):
@@ -93,17 +97,23 @@ def _audit(browser, page: str, width: int) -> dict:
     tab.evaluate("""async () => {
         if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
         await document.fonts.ready; }""")
-    result = tab.evaluate(AUDIT_JS)
-    result["network"] = sorted(set(network))
-    result["missing"] = sorted(set(missing))
-    result["js_error"] = [e for e in errors if e not in KNOWN_JS_ERRORS]
-    if width == WIDTHS[0]:
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        tab.screenshot(path=str(SHOTS / (re.sub(r"[/\\]", "__", page)[:-5] + ".png")), full_page=True)
+    results = {}
+    for width in WIDTHS:
+        if width != WIDTHS[0]:
+            tab.set_viewport_size({"width": width, "height": 900})
+            tab.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        result = tab.evaluate(AUDIT_JS)
+        result["network"] = sorted(set(network))
+        result["missing"] = sorted(set(missing))
+        result["js_error"] = [e for e in errors if e not in KNOWN_JS_ERRORS]
+        results[width] = result
+        if width == 1280:
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            tab.screenshot(path=str(SHOTS / (re.sub(r"[/\\]", "__", page)[:-5] + ".png")), full_page=True)
     ctx.close()
-    return result
+    return results
 
 
-def pytest_collection_modifyitems(items):  # noqa: D103 -- keep (page, width) together: one load each
-    items.sort(key=lambda it: json.dumps(getattr(it, "callspec", None) and
-                                         [it.callspec.params.get("page"), it.callspec.params.get("width")]))
+def pytest_collection_modifyitems(items):
+    """Run a page's tests together (the page is loaded once for all of them)."""
+    items.sort(key=lambda it: json.dumps(it.callspec.params.get("page") if hasattr(it, "callspec") else ""))
