@@ -31,10 +31,10 @@ def divisors(n: int) -> list[int]:
     return [h for h in range(1, n + 1) if n % h == 0]
 
 
-def wrapped(text: str, width: int = 80) -> str:
+def wrapped(text: str, width: int = 76) -> str:
     """``text`` in lines of at most ``width`` characters, broken after '; ' where possible.
 
-    A printed result line must fit the book's content column (about 80 monospace characters
+    A printed result line must fit the book's content column (about 78 monospace characters
     at 1280 px); print long lines through this. Clauses separated by '; ' are kept whole when
     they fit; a longer clause is broken between words, continuation lines indented by two.
     """
