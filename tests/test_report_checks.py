@@ -39,3 +39,14 @@ def test_config_fields_rule():
     from idlib.report.checks import CONFIG_FIELDS
     assert CONFIG_FIELDS.holds({"d_model": 8, "n_heads": 2})
     assert not CONFIG_FIELDS.holds([("d_model", 8)]) and not CONFIG_FIELDS.holds({1: 2})
+
+
+def test_captioned_table_is_a_colon_fenced_myst_table():
+    from idlib.report.tables import captioned, markdown_table
+    table = markdown_table(["$d$", "$U/P$"], [[4, "50.00%"]])
+    text = captioned(table, "Caption with {prf:ref}`thm-x` and $k = v$.", "tab-x")
+    lines = text.split("\n")
+    assert lines[0] == ":::{table} Caption with {prf:ref}`thm-x` and $k = v$."
+    assert lines[1:3] == [":name: tab-x", ":align: center"] and lines[-1] == ":::"
+    assert "\n".join(lines[4:-1]) == table
+    assert ":name:" not in captioned(table, "No label.")
