@@ -97,13 +97,26 @@ float64 rounding in computing them (relative ~1e-13 here), all singular values a
 of the matrices themselves (no Gram matrices, so small singular values are accurate to
 ~eps ||.||, not sqrt(eps) ||.||).
 
-**Cost** at d = 64, H = 8 (P = 16,384; 7 sequences of 66 tokens, 29,568 rows): the blocks
-J_Z^g by forward mode (1,536 tangents per head through a one-head forward; value tangents
-skip the softmax), 8 SVDs of 1,536 x 1,536 triangles (after a QR of each projected block), and
-J V for u = 1,024 directions: about a minute on 2 cores (``make bench`` records the figures in
-benchmarks/results/rank_speed.json), against ~4 x 30,000 x 16,384^2 = 3 x 10^13 flops (hours)
-for the dense SVD; a few seconds at P = 4,096.  Memory: J_Z^g one group at a time (~50 MB) and
-J V (~0.25 GB), peak ~2 GB resident; J itself is never formed.
+**Cost**, with m = H / G, P_g = (m + 1) d k + d v query/key/value parameters per group, B n
+tokens (idlib's defaults give B n ~ 7 d), c = H v (+ 1) columns of Z', r_g = P_g - u_g, u the
+unidentified count and j <= 3000 / (B n):
+
+* blocks J_Z^g by forward mode: G P_g tangents through one group's heads,
+  ~ G P_g [2 B n d (m k + k + v) + 2 B n^2 m (k + v)] flops;
+* per group a QR of the projected block (B n m v x P_g) and an SVD of its P_g x P_g triangle:
+  ~ G (2 B n m v P_g^2 + 12 P_g^3) flops -- the dominant term, ~ 8 x 10^12 at d = 128, H = 16
+  (P_g = 3,072);
+* the coupled bound: G (2 B n j P_g r_g + 2 c m v P_g r_g) to set up, then per test (2-4 of them)
+  G (r_g^3 / 3 + B n j r_g^2 + (B n j)^2 r_g);
+* the upper bound: u forward-mode products with the whole layer, ~ 2 u B n (2 d (H k + G k + G v)
+  + H v d + 2 n H (k + v)) flops, and a QR of J V (B n d x u): 2 B n d u^2.
+
+Memory (float64): one group's block at a time, 3 x 8 B n m v P_g bytes; kept per group
+8 (B n j r_g + r_g^2) bytes; the lifted kernel, 3 x 8 P u; J V, 2 x 8 B n d u.  J itself
+(8 B n d P bytes, 60 GB at d = 128) is never formed.  Measured on this project's 2-core
+machine (``make bench`` records the figures in benchmarks/results/rank_speed.json): d = 64, H = 8
+(P = 16,384) in ~115 s of CPU time and 2.6 GB; the dense SVD of the 29,568 x 16,384 Jacobian would
+need ~4 x 29,568 x 16,384^2 = 3 x 10^13 flops.
 """
 from __future__ import annotations
 
@@ -191,6 +204,8 @@ def applicable(config: AttentionConfig) -> str | None:
     It needs one layer whose only parameters are per-group projections and biases (no shared
     latent or gains, which would couple the groups) and H v <= d (W_O of full row rank).
     """
+    if getattr(config, "softcap", None) is not None:
+        return "softcap must be None (the structured route assumes uncapped scores)"
     if getattr(config, "n_layers", 1) != 1:
         return f"n_layers={config.n_layers} must be 1 (one layer)"
     extra = [name for name in param_shapes(config) if name not in PLAIN_PARAMETERS]

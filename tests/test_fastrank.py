@@ -7,8 +7,8 @@ import torch
 from idlib.attention import flatten, forward, init_params, n_params, param_slices, random_inputs
 from idlib.config import AttentionConfig
 from idlib.counting import count
-from idlib.fastrank import (StructureError, applicable, group_parameter_index, head_outputs,
-                            structured_rank)
+from idlib.fastrank import (StructureError, applicable, coupled_directions, group_parameter_index,
+                            head_outputs, structured_rank)
 from idlib.rank import (AUTO_DENSE_MAX_PARAMS, CERTIFY_GAP, default_n_sequences, default_seq_len,
                         jacobian, measure, rank_from_singular_values)
 
@@ -20,6 +20,7 @@ CONFIGS = [
     dict(d_model=8, n_heads=2, rope_fraction=0.5, bias="kv"),                # partial RoPE
     dict(d_model=6, n_heads=3, rope_fraction=1.0, bias="vo", causal=True),   # full RoPE, causal
     dict(d_model=8, n_heads=2, head_dim=6, value_dim=3, bias="o"),           # k != v
+    dict(d_model=16, n_heads=4, bias="qkvo"),                                # j = 2 directions of W
 ]
 
 
@@ -134,3 +135,17 @@ def test_degenerate_output_projection_is_not_certified():
     assert s.gap < CERTIFY_GAP and s.factors["sigma_min_W"] < 1e-12
     dense = measure(config, params=params, method="dense")
     assert dense.certified and dense.rank < count(config).identified
+
+
+def test_coupled_bound_directions_and_dominance():
+    # j = ceil(Hv / 8), at most Hv - 1 and 3000 / (B n); none for a single column
+    assert [coupled_directions(hv, 100) for hv in (1, 2, 8, 9, 64, 128)] == [0, 1, 1, 2, 8, 16]
+    assert coupled_directions(128, 910) == 3 and coupled_directions(64, 462) == 6
+    # the coupled bound is the one that counts: far above the uncoupled one, below the truth
+    config = AttentionConfig(d_model=16, n_heads=2)
+    params, X = _setup(config)
+    _, sv, rank, _ = _dense(config, params, X)
+    s = structured_rank(config, params, X)
+    uncoupled = 1 / math.sqrt((1 + s.factors["ell"] ** 2) / s.factors["a"] ** 2 + 1 / s.factors["s"] ** 2)
+    assert s.sigma_r_lower == s.factors["coupled"] > 20 * uncoupled
+    assert sv[rank - 1].item() / 20 < s.sigma_r_lower < sv[rank - 1].item()
