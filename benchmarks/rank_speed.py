@@ -13,7 +13,7 @@
    * idlib: ``idlib.rank.measure(config, method="structured")`` (:mod:`idlib.fastrank`).
    Same parameters and inputs (idlib's seeded defaults).  A route stops when its next size is
    predicted (time ~ P^3 for the dense SVD, P^2.5 for the structured route, from its last run)
-   to exceed ``--budget`` seconds.
+   to exceed ``--budget`` seconds; both always run P = 8,100 (the ratio's size).
 3. ``python -m idlib verify --d-model 128 --heads 16 --json`` (P = 65,536) as a subprocess: wall
    time and peak resident memory; it is also the structured route's last point of the curve.
 
@@ -173,7 +173,7 @@ def large_run(d: int, h: int) -> dict:
 def curve(budget: float, sizes, tmp: Path, large: dict | None) -> list[dict]:
     points: list[dict] = []
     for route in ("straightforward", "idlib"):
-        last = None
+        last, stopped = None, False
         for d, h in sizes:
             P = 4 * d * d
             if large is not None and route == "idlib" and (d, h) == LARGE:
@@ -182,9 +182,12 @@ def curve(budget: float, sizes, tmp: Path, large: dict | None) -> list[dict]:
                                "rank": large["rank"], "gap": large["gap"],
                                "certified": large["certified"], "n_rows": large["n_rows"]})
                 continue
-            if last is not None and last["seconds"] * (P / last["n_params"]) ** GROWTH[route] > budget:
-                print(f"  {route}: stop before P = {P:,} (predicted over {budget:g} s)", flush=True)
-                break
+            predicted = last["seconds"] * (P / last["n_params"]) ** GROWTH[route] if last else 0.0
+            if (stopped or predicted > budget) and (d, h) != RATIO_AT:   # the ratio's size always runs
+                if not stopped:
+                    print(f"  {route}: stop before P = {P:,} (predicted over {budget:g} s)", flush=True)
+                stopped = True
+                continue
             sv_out = str(tmp / "sv.pt") if route == "straightforward" and (d, h) == SIDE_BY_SIDE else None
             r = child(route, d, h, sv_out)
             last = dict(r, route=route, d=d, H=h, n_params=P,
@@ -193,8 +196,7 @@ def curve(budget: float, sizes, tmp: Path, large: dict | None) -> list[dict]:
             print(f"  {route:15s} P = {P:6,}: {r['seconds']:7.1f} s, {r['max_rss_gb']:.2f} GB, rank "
                   f"{r['rank']:,}, gap {r['gap'] if r['gap'] is None else format(r['gap'], '.2e')}",
                   flush=True)
-            if r["seconds"] > budget:
-                break
+            stopped = stopped or r["seconds"] > budget
     return points
 
 
