@@ -46,7 +46,8 @@ biases).  In vec form, J = [(W^T (x) I) J_Z, I_d (x) Z'].  Two facts make it sma
       S(lam) = K_W^T K_W - lam I - lam L^T (I - lam D^{-1})^{-1} L,   K_W p = vec(Pi delta Z(p) W),
 
   and for lam < s^2 Haynsworth's inertia formula gives #{eigenvalues of J^T J below lam} =
-  #{negative eigenvalues of S(lam)}.  With lam <= s^2 / 2, S(lam) >= K_W^T K_W - lam (I + 2 L^T L);
+  #{negative eigenvalues of S(lam)}.  With lam <= s^2 / 2 and c = 1 / (1 - lam / s^2) <= 2,
+  S(lam) >= K_W^T K_W - lam (I + c L^T L);
   if that is >= 0 on S_p = (row space of K_1) (+) ... (+) (row space of K_G) (dimension P_p - u),
   S(lam) has at most u negative eigenvalues, so sigma_r(J) = sigma_{P-u}(J) >= sqrt(lam).
   Two estimates make the test small.  (i) With K_g = U_g Sigma_g V_g^T (its r_g nonzero
@@ -55,7 +56,7 @@ biases).  In vec form, J = [(W^T (x) I) J_Z, I_d (x) Z'].  Two facts make it sma
   >= alpha ||Sigma c||^2 - ||Delta^{1/2} T Sigma c||^2, alpha = sigma_{j+1}^2, Delta = diag(alpha -
   sigma_i^2)_{i <= j}, T Sigma = (U_j^T (x) I) K V (rows (token, i), one column block per group):
   the j smallest directions of W are kept exactly, the rest bounded by alpha.  (ii) ||L p|| <=
-  ||W||_2 ||(I (x) R^{-1} Q^T) J_Z p||, block diagonal over groups: N_g = I + 2 ||W||^2
+  ||W||_2 ||(I (x) R^{-1} Q^T) J_Z p||, block diagonal over groups: N_g = I + c ||W||^2
   V_g^T M_g^T M_g V_g, M_g = (I (x) R^{-1} Q^T) J_Z^g.  So lam is certified when
 
       alpha Sigma^2 - lam N - (T Sigma)^T Delta (T Sigma) >= 0,
@@ -63,8 +64,8 @@ biases).  In vec form, J = [(W^T (x) I) J_Z, I_d (x) Z'].  Two facts make it sma
   i.e. every C_g C_g^T = alpha Sigma_g^2 - lam N_g has a Cholesky factor and
   ||Delta^{1/2} [T_1 Sigma_1 C_1^{-T}, ..., T_G Sigma_G C_G^{-T}]||_2 <= 1 (a Gram matrix of order
   B n j).  ``coupled_lower_bound`` lowers lam from min(s^2 / 2, alpha min_g sigma_{r_g}(K_g)^2)
-  by factors of 4 until the test passes, then refines by 2 and sqrt 2; both sides carry a
-  relative margin ``SAFETY`` = 1e-6 for float64 rounding.  j = ceil(H v / 8), at most 3000 / (B n)
+  by factors of 4 until the test passes, then refines by 2, 2^(1/2) and 2^(1/4); both sides carry
+  a relative margin ``SAFETY`` = 1e-6 for float64 rounding.  j = ceil(H v / 8), at most 4000 / (B n)
   (``coupled_directions``): W is square when H v = d, and its smallest singular values
   (~ sigma_max / d) are what the uncoupled bound below pays for.
   Measured: the bound is 10-13x below the dense route's sigma_r at P = 1,024 and 4,096.
@@ -86,8 +87,10 @@ biases).  In vec form, J = [(W^T (x) I) J_Z, I_d (x) Z'].  Two facts make it sma
   (With ell <= b / s, b = ||W||_2 max_g ||(I (x) Q^T) J_Z^g||_2, this is at least the cruder
   a s / sqrt(a^2 + b^2 + s^2).)
 
-* Tolerance.  ||J||_2 <= ||W||_2 max_g ||J_Z^g||_2 + ||Z'||_2 and ||J_Z^g||_2 <= (||Q^T J_Z^g||^2 +
-  ||K_g||^2)^(1/2), so tau' = (that bound) max(m, P) eps is at least the tolerance tau of J.
+* Tolerance.  ||J||_2 <= (||W||_2^2 max_g ||J_Z^g||_2^2 + ||Z'||_2^2)^(1/2) (J = [A, B] with
+  A = (W^T (x) I) J_Z, J_Z block diagonal over groups, B = I (x) Z') and ||J_Z^g||_2 <=
+  (||Q^T J_Z^g||^2 + ||K_g||^2)^(1/2), so tau' = (that bound) max(m, P) eps is at least the
+  tolerance tau of J.
 
 So ``gap`` = [that lower bound on sigma_r] / max(||J V||_2, tau') is a lower bound on
 sigma_r / max(sigma_{r+1}, tau) of J, and the rank is certified when it is at least 1e4.
@@ -101,7 +104,7 @@ direction in V), never certify a wrong rank.
 
 **Cost**, with m = H / G, P_g = (m + 1) d k + d v query/key/value parameters per group, B n
 tokens (idlib's defaults give B n ~ 7 d), c = H v (+ 1) columns of Z', r_g = P_g - u_g, u the
-unidentified count and j <= 3000 / (B n):
+unidentified count and j <= 4000 / (B n):
 
 * blocks J_Z^g by forward mode: G P_g tangents through one group's heads,
   ~ G P_g [2 B n d (m k + k + v) + 2 B n^2 m (k + v)] flops;
@@ -264,7 +267,7 @@ def _group_jacobian(sub: AttentionConfig, theta_g: torch.Tensor, X: torch.Tensor
     return T[..., inverse]
 
 
-def coupled_directions(hv: int, rows: int, budget: int = 3000) -> int:
+def coupled_directions(hv: int, rows: int, budget: int = 4000) -> int:
     """j: how many of W's smallest singular directions the coupled bound treats exactly.
 
     ceil(H v / 8), at most H v - 1, and at most ``budget`` / (B n) (the test's Gram matrix has
@@ -276,16 +279,18 @@ def coupled_directions(hv: int, rows: int, budget: int = 3000) -> int:
 SAFETY = 1e-6      # relative margin covering float64 rounding in the tests of the coupled bound
 
 
-def _coupled_test(blocks, lam: float, alpha: float, delta: torch.Tensor, rows: int) -> bool:
+def _coupled_test(blocks, lam: float, alpha: float, delta: torch.Tensor, rows: int,
+                  s: float) -> bool:
     """True if alpha Sigma^2 - lam N - (T Sigma)^T Delta (T Sigma) >= 0 (see the module docstring).
 
-    Per group a Cholesky factor C_g C_g^T = alpha Sigma_g^2 - lam N_g (PD, else False), then
+    N_g = I + c ||W||^2 V_g^T M_g^T M_g V_g, c = 1 / (1 - lam / s^2); per group a Cholesky
+    factor C_g C_g^T = alpha Sigma_g^2 - lam N_g (PD, else False), then
     ||Delta^{1/2} [T_1 Sigma_1 C_1^{-T}, ..., T_G Sigma_G C_G^{-T}]||^2 <= 1.
     """
+    c = 1.0 / (1.0 - lam / (s * s))
     factors = []
-    for S, _, Ng in blocks:                 # all Cholesky factors first: a failure is cheap
-        A = torch.diag(alpha * S * S) - lam * Ng
-        A -= SAFETY * alpha * S[0].item() ** 2 * torch.eye(A.shape[0], dtype=DTYPE)
+    for S, _, ML in blocks:                 # all Cholesky factors first: a failure is cheap
+        A = torch.diag(alpha * S * S - lam - SAFETY * alpha * S[0].item() ** 2) - (lam * c) * ML
         C, info = torch.linalg.cholesky_ex(A)
         if info.item() != 0:
             return False
@@ -301,7 +306,8 @@ def _coupled_test(blocks, lam: float, alpha: float, delta: torch.Tensor, rows: i
 
 
 def coupled_lower_bound(blocks, s_W: torch.Tensor, j: int, rows: int, s: float) -> float:
-    """sqrt(lam) for the largest lam = lam_top 4^(-i) that passes ``_coupled_test``, refined twice.
+    """sqrt(lam) for the largest lam = lam_top 4^(-i) that passes ``_coupled_test``, refined by
+    factors 2, 2^(1/2) and 2^(1/4).
 
     ``s_W`` W's singular values ascending; alpha = sigma_{j+1}(W)^2, Delta_i = alpha - sigma_i^2
     (i <= j); lam_top = min(s^2 / 2, alpha min_g sigma_{r_g}(K_g)^2) (beyond it the test fails).
@@ -311,13 +317,13 @@ def coupled_lower_bound(blocks, s_W: torch.Tensor, j: int, rows: int, s: float) 
     lam_top = min(s * s / 2, alpha * min(S[-1].item() for S, _, _ in blocks) ** 2)
     lo = 0.0
     for i in range(1, 31):
-        if _coupled_test(blocks, lam_top * 4.0 ** -i, alpha, delta, rows):
+        if _coupled_test(blocks, lam_top * 4.0 ** -i, alpha, delta, rows, s):
             lo = lam_top * 4.0 ** -i
             break
     if lo == 0.0:
         return 0.0
-    for step in (2.0, math.sqrt(2.0)):      # refine within the factor 4
-        if _coupled_test(blocks, lo * step, alpha, delta, rows):
+    for step in (2.0, 2.0 ** 0.5, 2.0 ** 0.25):      # refine within the factor 4
+        if _coupled_test(blocks, lo * step, alpha, delta, rows, s):
             lo *= step
     return math.sqrt(lo)
 
@@ -360,7 +366,7 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
 
     ranks, gaps, kernels, sig_r, norm_M, norm_L, norm_JZ = [], [], [], [], [], [], []
     u = 0
-    lifted_cols = []
+    lifted_cols = []                                                   # (group index, x)
     # the coupled bound (module docstring): W's j smallest left singular directions U_j
     U_W, s_W_all, _ = torch.linalg.svd(W, full_matrices=False)          # descending
     j = coupled_directions(H * v, B * n)
@@ -405,8 +411,7 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
             TS = torch.einsum("rip,ik->rkp", K, Uj_g).reshape(-1, K.shape[-1]) @ Vs
             ML = torch.linalg.solve_triangular(Rz, M.reshape(c, -1), upper=True)
             MV = ML.reshape(-1, K.shape[-1]) @ Vs                        # R^{-1} Q^T delta Z V_S
-            Ng = torch.eye(r_g, dtype=DTYPE) + (2 * s_W_all[0].item() ** 2) * (MV.T @ MV)
-            blocks.append((S[:r_g].clone(), TS, Ng))
+            blocks.append((S[:r_g].clone(), TS, s_W_all[0].item() ** 2 * (MV.T @ MV)))
             del ML, MV
         norm_JZ.append(math.hypot(norm_M[-1], S[0].item() if S.numel() else 0.0))
         ranks.append(r_g)
@@ -449,15 +454,18 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
     t0 = time.perf_counter()
     sigma_r_lower = max(sigma_r_lower, coupled)
 
-    tau = roundoff_tolerance(s_W.max().item() * max(norm_JZ) + s_Z.max().item(), (B * n * d, P))
+    tau = roundoff_tolerance(math.hypot(s_W.max().item() * max(norm_JZ), s_Z.max().item()),
+                             (B * n * d, P))
     if u:
-        V, _ = torch.linalg.qr(torch.cat(lifted_cols, dim=1))            # (P, u) orthonormal
+        V = torch.cat(lifted_cols, dim=1)
+        lifted_cols.clear()
+        V = torch.linalg.qr(V)[0]                                        # (P, u) orthonormal
 
         def f(t: torch.Tensor) -> torch.Tensor:
             return forward(config, unflatten(config, t), X, frequencies).reshape(-1)
 
         push = torch.func.vmap(lambda t: torch.func.jvp(f, (theta,), (t,))[1])
-        jchunk = max(1, chunk // 2)
+        jchunk = max(1, min(chunk // 2, 2 ** 25 // (B * H * n * n)))   # ~256 MB per score tensor
         JV = torch.cat([push(V[:, i:i + jchunk].T) for i in range(0, u, jchunk)]).T  # (m, u)
         R = torch.linalg.qr(JV, mode="r")[1] if JV.shape[0] > JV.shape[1] else JV
         kernel_sv = torch.linalg.svdvals(R)

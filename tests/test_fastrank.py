@@ -138,9 +138,9 @@ def test_degenerate_output_projection_is_not_certified():
 
 
 def test_coupled_bound_directions_and_dominance():
-    # j = ceil(Hv / 8), at most Hv - 1 and 3000 / (B n); none for a single column
+    # j = ceil(Hv / 8), at most Hv - 1 and 4000 / (B n); none for a single column
     assert [coupled_directions(hv, 100) for hv in (1, 2, 8, 9, 64, 128)] == [0, 1, 1, 2, 8, 16]
-    assert coupled_directions(128, 910) == 3 and coupled_directions(64, 462) == 6
+    assert coupled_directions(128, 910) == 4 and coupled_directions(64, 462) == 8
     # the coupled bound is the one that counts: far above the uncoupled one, below the truth
     config = AttentionConfig(d_model=16, n_heads=2)
     params, X = _setup(config)
