@@ -121,6 +121,9 @@ LAYER_FLAGS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     ("variants", "kv_share", "--kv-share", dict(
         type=integer, metavar="S", help="each run of S consecutive layers shares its K/V "
                                         "projections (default 1)")),
+    ("variants", "softcap", "--softcap", dict(
+        type=number, metavar="C", help="logit soft-capping, scores -> C tanh(scores / C) "
+                                       "(Gemma 2; default none)")),
 )
 FLAG_OF = {name: flag for _, name, flag, _ in LAYER_FLAGS}
 GROUP_TITLES = {"layer": "the attention layer (flags override --config)",
