@@ -205,6 +205,8 @@ def layer_params(config: AttentionConfig, params: Params, layer: int) -> Params:
 def attention_weights(config: AttentionConfig, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """softmax(q k^T / sqrt(head_dim)) with the causal mask if the config asks for it."""
     scores = q @ k.transpose(-1, -2) / math.sqrt(config.head_dim)
+    if config.softcap is not None:                    # logit soft-capping (Gemma 2)
+        scores = config.softcap * torch.tanh(scores / config.softcap)
     if config.causal:
         n = scores.shape[-1]
         mask = torch.ones(n, n, dtype=torch.bool).triu(1)

@@ -96,6 +96,11 @@ def _fraction(name: str, value: Any) -> float:
     return float(value)
 
 
+def _softcap(name: str, value: Any) -> float:
+    """A logit soft-cap c (scores -> c tanh(scores / c)): a positive finite number."""
+    return _base(name, value)
+
+
 def _base(name: str, value: Any) -> float:
     ok = not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0
     try:
@@ -137,7 +142,7 @@ RULES: dict[str, Check] = {
     "d_model": _integer, "n_heads": _integer, "n_kv_heads": _integer, "head_dim": _integer,
     "value_dim": _integer, "rope_fraction": _fraction, "rope_base": _base, "bias": _letters,
     "causal": _boolean, "qk_norm": _qk_norm, "kv_latent": _integer, "latent_norm": _boolean,
-    "input_centered": _boolean, "n_layers": _integer, "kv_share": _integer,
+    "input_centered": _boolean, "n_layers": _integer, "kv_share": _integer, "softcap": _softcap,
 }
 
 
@@ -164,13 +169,14 @@ class AttentionConfig:
     input_centered: bool = False
     n_layers: int = 1
     kv_share: int = 1
+    softcap: float | None = None
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
         set_("_explicit", frozenset(n for n in DERIVED if getattr(self, n) is not None))
         for name, check in RULES.items():
             value = plain(getattr(self, name))
-            if value is not None or name not in DERIVED + ("kv_latent",):
+            if value is not None or name not in DERIVED + ("kv_latent", "softcap"):
                 set_(name, check(name, value))
         # -- the fields must describe a layer -----------------------------------------------
         if self.n_kv_heads is None:

@@ -320,6 +320,9 @@ def check_derived(config: AttentionConfig) -> None:
             raise ConfigError(
                 f"latent_norm=True needs 2 <= kv_latent <= {d_in} (the input dimension; got "
                 f"kv_latent={C}): the count for other latent widths is not derived")
+    if config.softcap is not None and config.has_bias("k") and k > d_in:
+        raise ConfigError(f"softcap with a key bias needs head_dim={k} at most the input dimension "
+                          f"{d_in} (the count for a wider capped head is not derived)")
     if config.n_layers > 1:
         if config.input_centered:
             raise ConfigError("input_centered=True with n_layers > 1 is not derived (only the "
@@ -391,6 +394,8 @@ def count(config: AttentionConfig, frequencies: torch.Tensor | list[float] | Non
         qk_fiber = factor_fiber(d_in, b, k, mm)
         q_bias_fiber = factor_fiber(a, b, k, mm) - qk_fiber
         k_bias_fixed = k
+    if config.softcap is not None:   # capped scores see row constants: the key bias is identified
+        k_bias_fixed = 0
     vo_fiber = factor_fiber(d, b, v, mm)
     if has("v"):
         v_bias_unid = G * v if has("o") else G * v - min(d, G * v)

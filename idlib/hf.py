@@ -42,6 +42,7 @@ class Family:
     causal: bool = True
     softcap: float | None = None            # attn_logit_softcapping when absent
     reads: tuple[str, ...] = ()             # family-specific fields it reads (beyond the common ones)
+    partial: bool = False                   # its code rotates only part of each head when asked
     note: str = ""
 
 
@@ -70,14 +71,16 @@ FAMILIES: dict[str, Family] = {
     "gemma3_text": Family(bias_flags=_LLAMA_BIAS, kv_default=4, head_dim_default=256, qk_norm="gain",
                           reads=("attn_logit_softcapping", "query_pre_attn_scalar",
                                  "use_bidirectional_attention", "rope_local_base_freq")),
-    "phi": Family(bias="qkvo", rope_fraction=0.5, reads=("qk_layernorm",)),
-    "phi3": Family(),
-    "persimmon": Family(bias="qkvo", rope_fraction=0.5, qk_norm="layernorm", reads=("qk_layernorm",)),
+    "phi": Family(bias="qkvo", rope_fraction=0.5, reads=("qk_layernorm",), partial=True),
+    "phi3": Family(partial=True),
+    "persimmon": Family(bias="qkvo", rope_fraction=0.5, qk_norm="layernorm", reads=("qk_layernorm",),
+                        partial=True),
     "stablelm": Family(bias_flags=(("use_qkv_bias", "qkv", False),), kv_default=32,
-                       rope_fraction=0.25, reads=("qk_layernorm",)),
+                       rope_fraction=0.25, reads=("qk_layernorm",), partial=True),
     "gpt_neox": Family(bias_flags=(("attention_bias", "qkvo", True),), rope_fraction=0.25,
-                       reads=("rotary_emb_base",)),
-    "gptj": Family(reads=("rotary_dim",), note="rotary_dim rotated dims per head (interleaved pairs)"),
+                       reads=("rotary_emb_base",), partial=True),
+    "gptj": Family(reads=("rotary_dim",), partial=True,
+                   note="rotary_dim rotated dims per head (interleaved pairs)"),
     "falcon": Family(bias_flags=(("bias", "qkvo", False),),
                      reads=("multi_query", "new_decoder_architecture", "num_kv_heads", "alibi")),
     "olmo": Family(bias_flags=_LLAMA_BIAS, reads=("clip_qkv",)),
@@ -88,9 +91,9 @@ FAMILIES: dict[str, Family] = {
                      note="interleaved RoPE pairs"),
     "starcoder2": Family(bias_flags=(("use_bias", "qkvo", True),), kv_default=2),
     "glm": Family(bias_flags=(("attention_bias", "qkv", True),), kv_default=2, head_dim_default=128,
-                  rope_fraction=0.5, note="attention_bias switches q, k, v; o is never biased"),
+                  rope_fraction=0.5, partial=True, note="attention_bias switches q, k, v; o is never biased"),
     "glm4": Family(bias_flags=(("attention_bias", "qkv", True),), kv_default=2, head_dim_default=128,
-                   rope_fraction=0.5, note="as GLM"),
+                   rope_fraction=0.5, partial=True, note="as GLM"),
     "deepseek_v2": Family(qk_norm="latent", reads=("attention_bias", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
                                                    "qk_rope_head_dim", "v_head_dim", "qk_head_dim")),
     "deepseek_v3": Family(kv_default=128, qk_norm="latent",
@@ -386,6 +389,10 @@ def attention_fields_from_hf(data: Any, name: str = "config", approximate: bool 
     rope_fraction, thetas = 0.0, [10000.0]
     if fam.positions == "rope":
         rope_fraction, thetas = _rope(text, fam, name)
+        if rope_fraction != 1.0 and not fam.partial:
+            raise ConfigError(f"{name}: partial_rotary_factor={rope_fraction:g}: the attention code of "
+                              f"family {fam_name!r} rotates every dimension of each head (only "
+                              "glm, glm4, gpt_neox, gptj, persimmon, phi, phi3, stablelm rotate part)")
         if fam_name == "gptj":
             rdim = text.get("rotary_dim", 64)          # GPTJConfig's default; null: all dims
             rope_fraction = 1.0 if rdim is None or head_dim is None else \
@@ -396,14 +403,14 @@ def attention_fields_from_hf(data: Any, name: str = "config", approximate: bool 
     if "is_decoder" in fam.reads:
         causal = _flag(text, name, "is_decoder", False)
     bias = _bias(text, fam, name)
-    softcap = _get(text, "attn_logit_softcapping", default=fam.softcap) \
-        if "attn_logit_softcapping" in fam.reads else None
-    if softcap is not None and "k" in bias:
-        raise ConfigError(f"{name}: field 'attn_logit_softcapping'={softcap!r} with a key bias: "
-                          "capped scores see the key bias, that count is not derived here")
+    softcap = None                      # an explicit null switches the family's cap off
+    if "attn_logit_softcapping" in fam.reads:
+        softcap = text["attn_logit_softcapping"] if "attn_logit_softcapping" in text else fam.softcap
+    if softcap is not None:
+        softcap = _number(text, name, "attn_logit_softcapping", softcap)
     out = dict(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim,
                rope_fraction=rope_fraction, rope_base=thetas[0], bias=bias, causal=causal,
-               qk_norm=qk_norm)
+               qk_norm=qk_norm, softcap=softcap)
     if len(set(thetas)) > 1:
         _same_count_for_bases(out, thetas, name)
     return out

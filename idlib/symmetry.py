@@ -171,7 +171,8 @@ def _rotation_chart(config: AttentionConfig, frequencies: torch.Tensor | None) -
     sizes = {"qk": RG * qk_basis.shape[0], "vo": RG * v * v,
              "qk_null": LH * a * (k - d_in) if k > d_in else 0,
              "vo_null": LH * (v - d_in) * d if v > d_in else 0,
-             "b_K": RG * k_fixed.shape[1] if config.has_bias("k") and config.qk_norm == "none" else 0,
+             "b_K": RG * k_fixed.shape[1] if config.has_bias("k") and config.qk_norm == "none"
+             and config.softcap is None else 0,
              "b_V": G * v if config.has_bias("v") else 0,
              "qk_scale": LH + RG if config.qk_norm != "none" else 0,
              "gain": config.n_kv_sets * gain_basis.shape[1] if gain_basis is not None else 0,

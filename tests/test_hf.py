@@ -220,6 +220,22 @@ def test_explicit_head_dim_and_bias_flags():
     assert config_from_hf({"model_type": "gpt2", "n_embd": 64, "n_head": 4}).rope_fraction == 0.0
 
 
+def test_gemma2_soft_capping_is_read():
+    """Capped scores see row constants, so a key bias is identified (issue 14: d 6, 2 heads,
+    biases q, k, v, o, cap 50: identified 126, not the uncapped 120)."""
+    data = t5dict("Gemma2Config", hidden_size=6, num_attention_heads=2, num_key_value_heads=2,
+                  head_dim=3, attention_bias=True)
+    data["rope_parameters"] = {"rope_theta": 1e4, "rope_type": "default"}
+    with pytest.raises(ConfigError, match="family 'gemma2' rotates every dimension of each head"):
+        config_from_hf({**data, "rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 0.0}})
+    c = config_from_hf({**data, "head_dim": 4})
+    assert (c.softcap, c.bias, c.rotary_dim) == (50.0, "qkvo", 4)
+    assert config_from_hf({**data, "head_dim": 4, "attn_logit_softcapping": None}).softcap is None
+    # without RoPE (idlib's own layer; Gemma 2's code always rotates): 126 capped, 120 not
+    capped = c.replace(head_dim=3, rope_fraction=0.0)
+    assert count(capped).identified == 126 and count(capped.replace(softcap=None)).identified == 120
+
+
 def test_family_override():
     data = {"model_type": "my_llama", "hidden_size": 64, "num_attention_heads": 4, "rope_theta": 1e4}
     with pytest.raises(ConfigError, match=re.escape("model_type 'my_llama' is not a family the reader "
@@ -268,19 +284,20 @@ LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}
     ({**LLAMA, "model_type": "phi", "qk_layernorm": True}, "family 'phi' applies a LayerNorm"),
     ({**LLAMA, "model_type": "persimmon"}, "family 'persimmon' applies a LayerNorm"),
     ({**LLAMA, "model_type": "cohere", "use_qk_norm": True}, "family 'cohere' applies a LayerNorm"),
-    ({**LLAMA, "model_type": "gemma2", "attention_bias": True},
-     "field 'attn_logit_softcapping'=50.0 with a key bias"),
     ({**LLAMA, "model_type": "smollm3"}, "field 'no_rope_layers' mixes layers with and without RoPE"),
     ({**LLAMA, "attn_temperature": 2.0}, "field 'attn_temperature' is not read for this family and "
                                          "could change the attention function; it is refused"),
     ({**LLAMA, "sliding_window": 1}, "field 'sliding_window'=1 leaves each token only itself"),
-    ({**LLAMA, "rope_parameters": {"full_attention": {"rope_theta": 1e4, "partial_rotary_factor": 0.5},
-                                   "sliding_attention": {"rope_theta": 1e4}}},
-     None),
+    ({**LLAMA, "model_type": "phi3", "rope_parameters": {
+        "full_attention": {"rope_theta": 1e4, "partial_rotary_factor": 0.5},
+        "sliding_attention": {"rope_theta": 1e4}}}, None),
     ({"model_type": "llama", "num_attention_heads": 4}, "field 'hidden_size' is required"),
     ({"model_type": "llama", "hidden_size": 64}, "field 'num_attention_heads' is required"),
     ({**LLAMA, "num_attention_heads": 5}, "d_model=64 must be divisible by n_heads=5"),
-    ({**LLAMA, "partial_rotary_factor": 0.3}, "rope_fraction=0.3 times head_dim=16 = 4.8 must be an even"),
+    ({**LLAMA, "model_type": "phi", "partial_rotary_factor": 0.3},
+     "rope_fraction=0.3 times head_dim=16 = 4.8 must be an even"),
+    ({**LLAMA, "partial_rotary_factor": 0.5}, "partial_rotary_factor=0.5: the attention code of family "
+                                              "'llama' rotates every dimension of each head"),
     ({**LLAMA, "num_attention_heads": 8, "num_key_value_heads": 3},
      "n_heads=8 must be divisible by n_kv_heads=3"),
     ({**LLAMA, "partial_rotary_factor": "abc"}, "field 'partial_rotary_factor'='abc' must be a finite number"),

@@ -98,3 +98,11 @@ def test_a_broken_action_changes_the_output():
     with torch.no_grad():
         change = (impl.forward(built, X, impl.from_params(built, p)) - impl.forward(built, X)).abs().max()
     assert change > 1e-3
+
+
+def test_gemma2_soft_capping_with_a_key_bias_on_the_real_module():
+    """Gemma 2 caps its scores (50): the key bias becomes visible; with full RoPE and distinct
+    frequencies it was already identified, so the count is the plain layer's."""
+    c = impl.check("gemma2", d=8, H=2, G=2, k=4, bias=True)
+    assert (c.config.softcap, c.config.bias) == (50.0, "qkvo")
+    assert c.rank == c.identified == 240 and c.agrees
