@@ -9,13 +9,20 @@ from idlib.attention import apply_rope, flatten, forward, init_params, n_params,
 from idlib.config import AttentionConfig
 from idlib.counting import count, rope_commutant_dim
 from idlib.rank import jacobian
-from idlib.symmetry import (GROUP_AXIS, HEAD_AXIS, act, chart, commutant_basis, gain_exchange_basis,
+from idlib.symmetry import (GROUP_AXIS, HEAD_AXIS, _config_chart, act, chart, commutant_basis, gain_exchange_basis,
                             gl_action, gl_blocks, gl_only, gl_tangent, linear_action, n_coordinates,
                             null_space, orbit_generators, permute_heads, random_group_element,
                             rotation_matrix, tangent_basis)
 
 torch.set_num_threads(1)
 F64 = torch.float64
+
+
+@pytest.fixture(autouse=True)
+def fresh_charts():
+    """Charts are cached per config: let every test build its own (a mutant in the chart code
+    must not hide behind a chart cached by another test or by a forked parent process)."""
+    _config_chart.cache_clear()
 
 CONFIGS = [
     dict(d_model=4),
@@ -31,6 +38,8 @@ CONFIGS = [
     dict(d_model=6, n_heads=2, n_kv_heads=1, head_dim=4, rope_fraction=0.5, qk_norm="gain"),
     dict(d_model=5, n_heads=2, head_dim=4, value_dim=6, input_centered=True, bias="qkvo"),
     dict(d_model=4, n_heads=2, n_kv_heads=1, n_layers=3, kv_share=3, rope_fraction=1.0, bias="qk"),
+    dict(d_model=3, n_heads=2, head_dim=5, bias="k"),                  # k > d without a query bias
+    dict(d_model=4, n_heads=2, head_dim=4, n_layers=2, kv_share=2, qk_norm="gain", rope_fraction=0.5),
 ]
 # only the GL blocks: the generators are built in closed form
 GL_ONLY = [dict(d_model=8, n_heads=2), dict(d_model=8, n_heads=4, n_kv_heads=2, head_dim=4),
@@ -157,6 +166,93 @@ def test_closed_form_generators_equal_the_autodiff_derivative_of_act(kw):
     assert (T - J).abs().max() < 1e-12
 
 
+def test_tangent_vectors_are_float64_with_zeros_off_the_gl_factors():
+    config = AttentionConfig(d_model=4, n_heads=2, bias="qkvo")
+    p = init_params(config, 0)
+    E, C = torch.ones(2, 2, 2, dtype=F64), torch.ones(2, 2, 2, dtype=F64)
+    xi = gl_tangent(config, p, E, C)
+    assert all(t.dtype == F64 for t in xi.values())
+    assert torch.equal(xi["b_O"], torch.zeros(4, dtype=F64))
+    assert torch.allclose(xi["b_V"][1], p["b_V"][1] @ C[1], atol=1e-15) and xi["b_V"].abs().max() > 0
+
+
+def test_the_other_coordinate_blocks_act_by_their_formulas():
+    """Null moves, key-bias, value-bias and all-ones moves: act(c) - params, block by block."""
+    def moved(config, p, block, z):
+        ch = chart(config, p)
+        c = torch.zeros(n_coordinates(ch), dtype=F64)
+        start = sum(size for name, size in ch.sizes.items() if list(ch.sizes).index(name) <
+                    list(ch.sizes).index(block))
+        c[start:start + ch.sizes[block]] = z
+        q = act(config, p, c, ch)
+        return ch, {n: q[n] - p[n] for n in p}
+
+    wide = AttentionConfig(d_model=3, n_heads=2, head_dim=5, value_dim=4, bias="qk")
+    p = init_params(wide, 1)
+    z = torch.linspace(-1, 1, 2 * 4 * 2, dtype=F64)              # Y_h: (d + 1, k - d) per head
+    ch, dp = moved(wide, p, "qk_null", z)
+    Y = z.reshape(2, 4, 2)
+    for h in range(2):
+        assert torch.allclose(dp["W_Q"][h], Y[h][:3] @ ch.qk_null[h].T, atol=1e-14)
+        assert torch.allclose(dp["b_Q"][h], Y[h][3] @ ch.qk_null[h].T, atol=1e-14)
+    z = torch.linspace(-1, 1, 2 * 1 * 3, dtype=F64)              # Y_h: (v - d, d) per head
+    ch, dp = moved(wide, p, "vo_null", z)
+    for h in range(2):
+        assert torch.allclose(dp["W_O"][h], ch.vo_null[h] @ z.reshape(2, 1, 3)[h], atol=1e-14)
+    # key bias along the dimensions no rotation moves; value bias with an output bias
+    biased = AttentionConfig(d_model=4, n_heads=2, head_dim=2, value_dim=2, bias="kvo")
+    p = init_params(biased, 2)
+    z = torch.tensor([0.5, -1.0, 2.0, 0.25], dtype=F64)
+    ch, dp = moved(biased, p, "b_K", z)
+    assert torch.allclose(dp["b_K"], z.reshape(2, 2) @ ch.k_fixed.T, atol=1e-14)
+    ch, dp = moved(biased, p, "b_V", z)
+    assert torch.allclose(dp["b_V"], z.reshape(2, 2), atol=1e-14)
+    assert torch.allclose(dp["b_O"], -(z.reshape(2, 1, 2) @ p["W_O"]).sum(0)[0], atol=1e-14)
+    # centred inputs: the all-ones direction u = 1 / sqrt(d) of W_Q, W_K, W_V
+    centred = AttentionConfig(d_model=4, n_heads=1, head_dim=2, value_dim=3, input_centered=True)
+    p = init_params(centred, 3)
+    z = torch.arange(1.0, 8.0, dtype=F64)                        # z_Q (k), z_K (k), z_V (v)
+    ch, dp = moved(centred, p, "ones", z)
+    u = torch.full((4, 1), 0.5, dtype=F64)
+    assert torch.allclose(dp["W_Q"][0], u * z[None, :2], atol=1e-15)
+    assert torch.allclose(dp["W_K"][0], u * z[None, 2:4], atol=1e-15)
+    assert torch.allclose(dp["W_V"][0], u * z[None, 4:], atol=1e-15)
+
+
+def test_frequencies_reach_the_chart_the_tangent_and_the_random_element():
+    config = AttentionConfig(d_model=6, n_heads=1, head_dim=4, rope_fraction=1.0)
+    p = init_params(config, 0)
+    # omega = (pi/2, 0.3): R(1) has distinct planes (commutant 4) but R(2) a plane at pi
+    quarter = torch.tensor([math.pi / 2, 0.3], dtype=F64)
+    assert chart(config, p, quarter).sizes["qk"] == 4
+    equal = torch.tensor([0.7, 0.7], dtype=F64)                   # two equal planes: commutant 8
+    assert chart(config, p, equal).sizes["qk"] == 8 and chart(config, p).sizes["qk"] == 4
+    assert orbit_generators(config, p, equal).shape == (n_params(config), 8 + 16)
+    assert tangent_basis(config, p, equal).shape[1] == count(config, equal).unidentified == 24
+    assert tangent_basis(config, p).shape[1] == count(config).unidentified == 20
+    q = random_group_element(config, p, seed=1, frequencies=equal)
+    X = random_inputs(config, 3, 7, seed=1)
+    y0 = forward(config, p, X, equal)
+    assert ((forward(config, q, X, equal) - y0).abs().max() / y0.abs().max()) < 1e-10
+    assert _rel_change(config, p, q) > 1e-3            # not a symmetry at the default frequencies
+
+
+@pytest.mark.parametrize("kw", [CONFIGS[11], CONFIGS[-1], CONFIGS[3]], ids=str)
+def test_random_group_element_law(kw):
+    """Coordinates N(0, scale^2 / w) from a generator seeded by ``seed``, in chart order:
+    w = k (QK block), v (VO block), 1 (scales, gains), d (every other block); scale 0.5."""
+    config = AttentionConfig(**kw)
+    p = init_params(config, 0)
+    ch = chart(config, p)
+    gen = torch.Generator().manual_seed(7)
+    widths = {"qk": config.head_dim, "vo": config.value_dim, "qk_scale": 1, "gain": 1}
+    c = torch.cat([0.5 / widths.get(name, config.d_model) ** 0.5
+                   * torch.randn(size, generator=gen, dtype=F64) for name, size in ch.sizes.items()])
+    expected = flatten(act(config, p, c, ch))
+    assert torch.equal(flatten(random_group_element(config, p, seed=7)), expected)
+    assert torch.equal(flatten(random_group_element(config, p, seed=7, scale=0.5)), expected)
+
+
 def test_gl_blocks_read_the_coordinates_in_chart_order():
     config = AttentionConfig(d_model=4, n_heads=2, n_kv_heads=1, head_dim=2, value_dim=3)
     ch = chart(config, init_params(config, 0))
@@ -178,6 +274,17 @@ def test_chart_sizes_and_cache():
                         "b_V": 2 * 2, "qk_scale": 0, "gain": 0, "ones": 0}
     assert ch.k_fixed.shape == (4, 2) and not gl_only(ch)
     assert chart(config, init_params(config, 1)) is ch                 # cached: no null moves
+    assert ch.qk_null == [] and ch.vo_null == []
+    square = AttentionConfig(d_model=4, n_heads=1)                     # k = v = d: still no null move
+    assert chart(square, init_params(square, 0)) is chart(square, init_params(square, 1))
+    for kw, qk, vo in ((dict(head_dim=3, value_dim=4), 0, 1), (dict(head_dim=4, value_dim=3), 1, 0)):
+        edge = AttentionConfig(d_model=3, n_heads=1, **kw)              # one width = d, one > d
+        ce = chart(edge, init_params(edge, 0))
+        assert (len(ce.qk_null), len(ce.vo_null)) == (qk, vo)
+    gain = AttentionConfig(d_model=6, n_heads=2, qk_norm="gain")
+    assert chart(gain, init_params(gain, 0)).sizes["qk"] == 0
+    assert chart(gain, init_params(gain, 0)).sizes["gain"] == 3 and \
+        chart(gain, init_params(gain, 0)).sizes["qk_scale"] == 4
     wide = AttentionConfig(d_model=3, n_heads=1, head_dim=5, value_dim=4, bias="q")
     c0, c1 = chart(wide, init_params(wide, 0)), chart(wide, init_params(wide, 1))
     assert c0.sizes["qk_null"] == 1 * 4 * 2 and c0.sizes["vo_null"] == 1 * 1 * 3
@@ -192,8 +299,11 @@ def test_latent_layers_are_refused():
     for call in (lambda: chart(config, p), lambda: linear_action(config, p),
                  lambda: gl_action(config, p, torch.eye(2, dtype=F64)[None].repeat(2, 1, 1),
                                    torch.eye(2, dtype=F64)[None].repeat(2, 1, 1))):
-        with pytest.raises(NotImplementedError, match="kv_latent"):
+        with pytest.raises(NotImplementedError) as err:
             call()
+        assert str(err.value) == (
+            "idlib.symmetry: the group action for kv_latent (latent K/V) is not implemented; its "
+            "count (idlib.counting.latent_fiber) is checked against the measured rank instead")
 
 
 # --- the tangent ----------------------------------------------------------------------------
@@ -229,9 +339,15 @@ def test_null_space_is_an_orthonormal_kernel():
     assert (M @ N).abs().max() < 1e-14
     assert torch.allclose(N.T @ N, torch.eye(2, dtype=F64), atol=1e-14)
     assert null_space(torch.eye(3, dtype=F64)).shape == (3, 0)
-    assert torch.equal(null_space(torch.zeros(0, 4, dtype=F64)), torch.eye(4, dtype=F64))
+    empty = null_space(torch.zeros(0, 4, dtype=F64))
+    assert empty.dtype == F64 and torch.equal(empty, torch.eye(4, dtype=F64))
     tiny = torch.diag(torch.tensor([1.0, 1e-12], dtype=F64))
     assert null_space(tiny).shape == (2, 1) and null_space(tiny, rtol=1e-13).shape == (2, 0)
+    # the threshold is rtol * max(sigma_1, 1): relative above 1, absolute below
+    big = torch.diag(torch.tensor([100.0, 1e-9], dtype=F64))
+    assert null_space(big, rtol=1e-10).shape == (2, 1)
+    small = torch.diag(torch.tensor([1.0, 1.5e-10], dtype=F64))
+    assert null_space(small, rtol=1e-10).shape == (2, 0)
 
 
 def test_rotation_matrix_is_apply_rope():
@@ -288,3 +404,9 @@ def test_head_permutation_is_a_symmetry_and_bad_permutations_are_refused():
     qs = permute_heads(stack, ps, [1, 0])
     assert torch.equal(qs["W_Q"][1, 0], ps["W_Q"][1, 1]) and torch.equal(qs["W_V"][0, 1], ps["W_V"][0, 0])
     assert _rel_change(stack, ps, qs) <= 1e-12
+    latent = AttentionConfig(d_model=4, n_heads=2, head_dim=2, kv_latent=3, bias="v")
+    pl = init_params(latent, 2)
+    ql = permute_heads(latent, pl, [1, 0])
+    assert torch.equal(ql["W_UK"][0], pl["W_UK"][1]) and torch.equal(ql["W_UV"][1], pl["W_UV"][0])
+    assert torch.equal(ql["b_V"][0], pl["b_V"][1]) and torch.equal(ql["W_DKV"], pl["W_DKV"])
+    assert _rel_change(latent, pl, ql) <= 1e-12
