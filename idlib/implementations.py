@@ -386,26 +386,27 @@ HEAD_DIM_FIXED = {"phi", "phi3", "stablelm", "persimmon", "gpt_neox", "falcon", 
 
 def small_layer(config: AttentionConfig, family: str, widths: range = range(8, 17)) -> dict[str, Any]:
     """Keyword arguments of :func:`build` for a small layer with the structure of ``config``:
-    group size m (at most 4) and one or two groups, the rotary share, biases (the family's flag),
+    group size m (at most 4) and two groups (one where that gives a narrower d), the rotary share, biases (the family's flag),
     QK-norm and causality come from the family's config; the smallest width that fits wins."""
     G = min(config.n_kv_heads, 2)
     m = min(config.group_size, 4)
     if config.group_size == 1:
         G, m = min(config.n_heads, 2), 1
-    H = G * m
     frac = config.rope_fraction
     for d in widths:
-        ks = [d // H] if family in HEAD_DIM_FIXED or d % H == 0 else []
-        if family not in HEAD_DIM_FIXED:
-            ks += [k for k in range(2, d + 1) if k not in ks]
-        for k in ks:
-            if k < 1 or (family in HEAD_DIM_FIXED and d % H):
-                continue
-            r = frac * k
-            if abs(r - round(r)) > 1e-9 or round(r) % 2 or (frac and not round(r)):
-                continue
-            return dict(d=d, H=H, G=G, k=k, rope_fraction=frac, bias=bool(config.bias),
-                        rope_theta=config.rope_base)
+        for G_ in sorted({G, 1}, reverse=True):      # two groups, else one (a narrower d)
+            H = G_ * m
+            ks = [d // H] if family in HEAD_DIM_FIXED or d % H == 0 else []
+            if family not in HEAD_DIM_FIXED:
+                ks += [k for k in range(2, d + 1) if k not in ks]
+            for k in ks:
+                if k < 1 or (family in HEAD_DIM_FIXED and d % H):
+                    continue
+                r = frac * k
+                if abs(r - round(r)) > 1e-9 or round(r) % 2 or (frac and not round(r)):
+                    continue
+                return dict(d=d, H=H, G=G_, k=k, rope_fraction=frac, bias=bool(config.bias),
+                            rope_theta=config.rope_base)
     raise ConfigError(f"no small layer of family {family!r} with the structure of {config}")
 
 
