@@ -267,6 +267,12 @@ def _group_jacobian(sub: AttentionConfig, theta_g: torch.Tensor, X: torch.Tensor
     return T[..., inverse]
 
 
+def _norm2(A: torch.Tensor) -> float:
+    """||A||_2 from the smaller Gram matrix's largest eigenvalue (GEMM speed), rounded up."""
+    G = A @ A.T if A.shape[0] <= A.shape[1] else A.T @ A
+    return math.sqrt(max(torch.linalg.eigvalsh(G)[-1].item(), 0.0)) * (1 + 1e-10)
+
+
 def coupled_directions(hv: int, rows: int, budget: int = 4000) -> int:
     """j: how many of W's smallest singular directions the coupled bound treats exactly.
 
@@ -391,10 +397,9 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
         M = torch.einsum("rc,rjp->cjp", Qz, T)                           # Q^T delta Z
         K = T - torch.einsum("rc,cjp->rjp", Qz, M)                       # Pi delta Z
         Kmat = K.reshape(-1, K.shape[-1])
-        norm_M.append(torch.linalg.matrix_norm(M.reshape(-1, M.shape[-1]), ord=2).item())
+        norm_M.append(_norm2(M.reshape(-1, M.shape[-1])))
         Lg = torch.linalg.solve_triangular(Rz, M.reshape(c, -1), upper=True)   # R^{-1} Q^T delta Z
-        norm_L.append(torch.linalg.matrix_norm(Lg.reshape(-1, M.shape[-1]), ord=2).item())
-        del Lg
+        norm_L.append(_norm2(Lg.reshape(-1, M.shape[-1])))
         t0 = time.perf_counter()
         # K_g^T K_g = V diag(lambda) V^T (GEMM, then a symmetric eigensolver: ~6x faster than
         # QR + SVD); the cut is taken on lambda with the Gram matrix's own round-off tolerance
@@ -409,10 +414,10 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
             Vs = Vh[:r_g].T                                              # (P_g, r_g)
             Uj_g = U_j[g * m * v:(g + 1) * m * v]                        # (mv, j)
             TS = torch.einsum("rip,ik->rkp", K, Uj_g).reshape(-1, K.shape[-1]) @ Vs
-            ML = torch.linalg.solve_triangular(Rz, M.reshape(c, -1), upper=True)
-            MV = ML.reshape(-1, K.shape[-1]) @ Vs                        # R^{-1} Q^T delta Z V_S
+            MV = Lg.reshape(-1, K.shape[-1]) @ Vs                        # R^{-1} Q^T delta Z V_S
             blocks.append((S[:r_g].clone(), TS, s_W_all[0].item() ** 2 * (MV.T @ MV)))
-            del ML, MV
+            del MV
+        del Lg
         norm_JZ.append(math.hypot(norm_M[-1], S[0].item() if S.numel() else 0.0))
         ranks.append(r_g)
         gaps.append(gap_g)
@@ -420,6 +425,10 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
             sig_r.append(S[r_g - 1].item())
         N = Vh[r_g:].T                                                   # (P_g, u_g) kernel of K_g
         u_g = N.shape[1]
+        if u_g and r_g:     # one refinement step on K itself (the Gram's eigenvectors are off by
+            # ~eps lambda_1 / lambda_r): remove the row-space part least squares sees in K N
+            N = N - Vs @ ((Vs.T @ (Kmat.T @ (Kmat @ N))) / lam[:r_g, None])
+            N = torch.linalg.qr(N)[0]
         if u_g:
             # lift: delta W' = -R^{-1} Q^T delta Z(N) W, delta Z(N) only in group g's columns
             MN = torch.einsum("cjp,pk->cjk", M, N)                       # (c, mv, u_g)
