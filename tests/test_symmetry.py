@@ -40,6 +40,7 @@ CONFIGS = [
     dict(d_model=4, n_heads=2, n_kv_heads=1, n_layers=3, kv_share=3, rope_fraction=1.0, bias="qk"),
     dict(d_model=3, n_heads=2, head_dim=5, bias="k"),                  # k > d without a query bias
     dict(d_model=4, n_heads=2, head_dim=4, n_layers=2, kv_share=2, qk_norm="gain", rope_fraction=0.5),
+    dict(d_model=4, n_heads=1, head_dim=2, n_layers=4, kv_share=2, qk_norm="gain"),     # two sets
 ]
 # only the GL blocks: the generators are built in closed form
 GL_ONLY = [dict(d_model=8, n_heads=2), dict(d_model=8, n_heads=4, n_kv_heads=2, head_dim=4),
@@ -101,12 +102,12 @@ def test_gl_action_is_the_symmetry_and_dropping_an_inverse_breaks_it():
     q = gl_action(GQA, p, A, B)
     assert _rel_change(GQA, p, q) < 1e-10
     # the formulas, tensor by tensor
-    assert torch.allclose(q["W_Q"][3], p["W_Q"][3] @ A[1], atol=1e-14)
-    assert torch.allclose(q["W_K"][1], p["W_K"][1] @ torch.linalg.inv(A[1]).T, atol=1e-14)
-    assert torch.allclose(q["b_K"][1], p["b_K"][1] @ torch.linalg.inv(A[1]).T, atol=1e-14)
-    assert torch.allclose(q["W_V"][0], p["W_V"][0] @ B[0], atol=1e-14)
-    assert torch.allclose(q["b_V"][1], p["b_V"][1] @ B[1], atol=1e-14)
-    assert torch.allclose(q["W_O"][2], torch.linalg.solve(B[1], p["W_O"][2]), atol=1e-12)
+    assert torch.allclose(q["W_Q"][3], p["W_Q"][3] @ A[1], atol=1e-14, rtol=0)
+    assert torch.allclose(q["W_K"][1], p["W_K"][1] @ torch.linalg.inv(A[1]).T, atol=1e-14, rtol=0)
+    assert torch.allclose(q["b_K"][1], p["b_K"][1] @ torch.linalg.inv(A[1]).T, atol=1e-14, rtol=0)
+    assert torch.allclose(q["W_V"][0], p["W_V"][0] @ B[0], atol=1e-14, rtol=0)
+    assert torch.allclose(q["b_V"][1], p["b_V"][1] @ B[1], atol=1e-14, rtol=0)
+    assert torch.allclose(q["W_O"][2], torch.linalg.solve(B[1], p["W_O"][2]), atol=1e-12, rtol=0)
     assert torch.equal(q["b_O"], p["b_O"])
     # every way of getting the action wrong changes the layer's output
     A_inv_T, B_inv = torch.linalg.inv(A).mT, torch.linalg.inv(B)
@@ -127,9 +128,9 @@ def test_gl_action_on_a_stack_uses_each_key_value_set():
     A, B = _random((2, 2, 2), 12), _random((2, 2, 2), 13)         # (sets G, k, k): 2 sets of 1 group
     q = gl_action(config, p, A, B)
     assert _rel_change(config, p, q) < 1e-10
-    assert torch.allclose(q["W_Q"][3, 1], p["W_Q"][3, 1] @ A[1], atol=1e-14)     # layer 3 reads set 1
-    assert torch.allclose(q["W_Q"][1, 0], p["W_Q"][1, 0] @ A[0], atol=1e-14)     # layer 1 reads set 0
-    assert torch.allclose(q["W_O"][2, 1], torch.linalg.solve(B[1], p["W_O"][2, 1]), atol=1e-12)
+    assert torch.allclose(q["W_Q"][3, 1], p["W_Q"][3, 1] @ A[1], atol=1e-14, rtol=0)     # layer 3 reads set 1
+    assert torch.allclose(q["W_Q"][1, 0], p["W_Q"][1, 0] @ A[0], atol=1e-14, rtol=0)     # layer 1 reads set 0
+    assert torch.allclose(q["W_O"][2, 1], torch.linalg.solve(B[1], p["W_O"][2, 1]), atol=1e-12, rtol=0)
     K = torch.linalg.inv(A).mT                       # flat query heads l H + h: 0-3 read set 0, 4-7 set 1
     assert _rel_change(config, p, linear_action(config, p, Q=A[[0] * 4 + [1] * 4], K=K)) < 1e-10
     assert _rel_change(config, p, linear_action(config, p, Q=A[[0, 0, 1, 1] * 2], K=K)) > 1e-3
@@ -151,7 +152,7 @@ def test_gl_tangent_is_the_derivative_of_gl_action(kw):
     cs = torch.stack([c, 2 * c, -c])
     batch = gl_tangent(config, p, *gl_blocks(config, cs, ch))
     for i, s in enumerate((1.0, 2.0, -1.0)):
-        assert torch.allclose(torch.cat([v[i].reshape(-1) for v in batch.values()]), s * xi, atol=1e-13)
+        assert torch.allclose(torch.cat([v[i].reshape(-1) for v in batch.values()]), s * xi, atol=1e-13, rtol=0)
 
 
 @pytest.mark.parametrize("kw", GL_ONLY, ids=str)
@@ -173,7 +174,7 @@ def test_tangent_vectors_are_float64_with_zeros_off_the_gl_factors():
     xi = gl_tangent(config, p, E, C)
     assert all(t.dtype == F64 for t in xi.values())
     assert torch.equal(xi["b_O"], torch.zeros(4, dtype=F64))
-    assert torch.allclose(xi["b_V"][1], p["b_V"][1] @ C[1], atol=1e-15) and xi["b_V"].abs().max() > 0
+    assert torch.allclose(xi["b_V"][1], p["b_V"][1] @ C[1], atol=1e-15, rtol=0) and xi["b_V"].abs().max() > 0
 
 
 def test_the_other_coordinate_blocks_act_by_their_formulas():
@@ -193,30 +194,30 @@ def test_the_other_coordinate_blocks_act_by_their_formulas():
     ch, dp = moved(wide, p, "qk_null", z)
     Y = z.reshape(2, 4, 2)
     for h in range(2):
-        assert torch.allclose(dp["W_Q"][h], Y[h][:3] @ ch.qk_null[h].T, atol=1e-14)
-        assert torch.allclose(dp["b_Q"][h], Y[h][3] @ ch.qk_null[h].T, atol=1e-14)
+        assert torch.allclose(dp["W_Q"][h], Y[h][:3] @ ch.qk_null[h].T, atol=1e-14, rtol=0)
+        assert torch.allclose(dp["b_Q"][h], Y[h][3] @ ch.qk_null[h].T, atol=1e-14, rtol=0)
     z = torch.linspace(-1, 1, 2 * 1 * 3, dtype=F64)              # Y_h: (v - d, d) per head
     ch, dp = moved(wide, p, "vo_null", z)
     for h in range(2):
-        assert torch.allclose(dp["W_O"][h], ch.vo_null[h] @ z.reshape(2, 1, 3)[h], atol=1e-14)
+        assert torch.allclose(dp["W_O"][h], ch.vo_null[h] @ z.reshape(2, 1, 3)[h], atol=1e-14, rtol=0)
     # key bias along the dimensions no rotation moves; value bias with an output bias
     biased = AttentionConfig(d_model=4, n_heads=2, head_dim=2, value_dim=2, bias="kvo")
     p = init_params(biased, 2)
     z = torch.tensor([0.5, -1.0, 2.0, 0.25], dtype=F64)
     ch, dp = moved(biased, p, "b_K", z)
-    assert torch.allclose(dp["b_K"], z.reshape(2, 2) @ ch.k_fixed.T, atol=1e-14)
+    assert torch.allclose(dp["b_K"], z.reshape(2, 2) @ ch.k_fixed.T, atol=1e-14, rtol=0)
     ch, dp = moved(biased, p, "b_V", z)
-    assert torch.allclose(dp["b_V"], z.reshape(2, 2), atol=1e-14)
-    assert torch.allclose(dp["b_O"], -(z.reshape(2, 1, 2) @ p["W_O"]).sum(0)[0], atol=1e-14)
+    assert torch.allclose(dp["b_V"], z.reshape(2, 2), atol=1e-14, rtol=0)
+    assert torch.allclose(dp["b_O"], -(z.reshape(2, 1, 2) @ p["W_O"]).sum(0)[0], atol=1e-14, rtol=0)
     # centred inputs: the all-ones direction u = 1 / sqrt(d) of W_Q, W_K, W_V
-    centred = AttentionConfig(d_model=4, n_heads=1, head_dim=2, value_dim=3, input_centered=True)
+    centred = AttentionConfig(d_model=3, n_heads=1, head_dim=2, value_dim=2, input_centered=True)
     p = init_params(centred, 3)
-    z = torch.arange(1.0, 8.0, dtype=F64)                        # z_Q (k), z_K (k), z_V (v)
+    z = torch.arange(1.0, 7.0, dtype=F64)                        # z_Q (k), z_K (k), z_V (v)
     ch, dp = moved(centred, p, "ones", z)
-    u = torch.full((4, 1), 0.5, dtype=F64)
-    assert torch.allclose(dp["W_Q"][0], u * z[None, :2], atol=1e-15)
-    assert torch.allclose(dp["W_K"][0], u * z[None, 2:4], atol=1e-15)
-    assert torch.allclose(dp["W_V"][0], u * z[None, 4:], atol=1e-15)
+    u = torch.full((3, 1), 3 ** -0.5, dtype=F64)
+    assert torch.allclose(dp["W_Q"][0], u * z[None, :2], atol=1e-15, rtol=0)
+    assert torch.allclose(dp["W_K"][0], u * z[None, 2:4], atol=1e-15, rtol=0)
+    assert torch.allclose(dp["W_V"][0], u * z[None, 4:], atol=1e-15, rtol=0)
 
 
 def test_frequencies_reach_the_chart_the_tangent_and_the_random_element():
@@ -251,6 +252,8 @@ def test_random_group_element_law(kw):
     expected = flatten(act(config, p, c, ch))
     assert torch.equal(flatten(random_group_element(config, p, seed=7)), expected)
     assert torch.equal(flatten(random_group_element(config, p, seed=7, scale=0.5)), expected)
+    assert torch.equal(flatten(random_group_element(config, p)),
+                       flatten(random_group_element(config, p, seed=0)))          # default seed 0
 
 
 def test_gl_blocks_read_the_coordinates_in_chart_order():
@@ -259,7 +262,7 @@ def test_gl_blocks_read_the_coordinates_in_chart_order():
     assert ch.sizes["qk"] == 4 and ch.sizes["vo"] == 9 and n_coordinates(ch) == 13
     c = torch.arange(13, dtype=F64)
     E, C = gl_blocks(config, c, ch)
-    assert torch.allclose(E[0], torch.einsum("c,cij->ij", c[:4], ch.qk_basis), atol=1e-15)
+    assert torch.allclose(E[0], torch.einsum("c,cij->ij", c[:4], ch.qk_basis), atol=1e-15, rtol=0)
     assert torch.equal(C[0], torch.arange(4, 13, dtype=F64).reshape(3, 3))
 
 
@@ -314,7 +317,7 @@ def test_tangent_dimension_is_the_count_and_lies_in_the_jacobian_kernel(kw):
     p = init_params(config, seed=5)
     T = tangent_basis(config, p)
     assert T.shape == (n_params(config), count(config).unidentified)
-    assert torch.allclose(T.T @ T, torch.eye(T.shape[1], dtype=T.dtype), atol=1e-10)
+    assert torch.allclose(T.T @ T, torch.eye(T.shape[1], dtype=T.dtype), atol=1e-10, rtol=0)
     J = jacobian(config, p, random_inputs(config, 4, config.d_model + 2, seed=6))
     assert (J @ T).abs().max().item() <= 1e-9 * J.abs().max().item()
     gens = orbit_generators(config, p)
@@ -337,7 +340,7 @@ def test_null_space_is_an_orthonormal_kernel():
     N = null_space(M)
     assert N.shape == (3, 2)
     assert (M @ N).abs().max() < 1e-14
-    assert torch.allclose(N.T @ N, torch.eye(2, dtype=F64), atol=1e-14)
+    assert torch.allclose(N.T @ N, torch.eye(2, dtype=F64), atol=1e-14, rtol=0)
     assert null_space(torch.eye(3, dtype=F64)).shape == (3, 0)
     empty = null_space(torch.zeros(0, 4, dtype=F64))
     assert empty.dtype == F64 and torch.equal(empty, torch.eye(4, dtype=F64))
@@ -356,13 +359,14 @@ def test_rotation_matrix_is_apply_rope():
     x = torch.randn(5, 6, generator=torch.Generator().manual_seed(0), dtype=F64)
     for t in (1.0, 3.0):
         R = rotation_matrix(config, t, freqs)
-        assert torch.allclose(x @ R, apply_rope(x, freqs, torch.full((5,), t, dtype=F64)), atol=1e-14)
-        assert torch.allclose(R @ R.T, torch.eye(6, dtype=F64), atol=1e-14)
+        assert torch.allclose(x @ R, apply_rope(x, freqs, torch.full((5,), t, dtype=F64)), atol=1e-14, rtol=0)
+        assert torch.allclose(R @ R.T, torch.eye(6, dtype=F64), atol=1e-14, rtol=0)
     R1 = rotation_matrix(config, 1.0, freqs)
-    assert torch.allclose(R1 @ R1, rotation_matrix(config, 2.0, freqs), atol=1e-14)
+    assert torch.allclose(R1 @ R1, rotation_matrix(config, 2.0, freqs), atol=1e-14, rtol=0)
     assert torch.equal(R1[4:, 4:], torch.eye(2, dtype=F64)) and R1[:4, 4:].abs().max() == 0
     assert abs(R1[0, 0].item() - math.cos(0.7)) < 1e-15
     assert torch.equal(rotation_matrix(AttentionConfig(d_model=4), 1.0), torch.eye(4, dtype=F64))
+    assert torch.equal(rotation_matrix(config, frequencies=freqs), R1)                 # default t = 1
 
 
 def test_commutant_of_distinct_and_repeated_frequencies():
@@ -375,7 +379,7 @@ def test_commutant_of_distinct_and_repeated_frequencies():
         assert basis.shape[0] == rope_commutant_dim(freqs, 2) == expected
         assert (basis @ R - R @ basis).abs().max() < 1e-12
         flat = basis.reshape(expected, -1)
-        assert torch.allclose(flat @ flat.T, torch.eye(expected, dtype=F64), atol=1e-12)
+        assert torch.allclose(flat @ flat.T, torch.eye(expected, dtype=F64), atol=1e-12, rtol=0)
 
 
 def test_gain_exchange_basis_ties_each_rotated_pair():
