@@ -78,6 +78,10 @@ class Chart:
 
 
 def _check_supported(config: AttentionConfig) -> None:
+    if config.qk_norm == "whole":
+        raise NotImplementedError(
+            "idlib.symmetry: the group action for qk_norm='whole' is not implemented here; "
+            "idlib.implementations.whole_norm_action applies it")
     if config.kv_latent is not None:
         raise NotImplementedError(
             "idlib.symmetry: the group action for kv_latent (latent K/V) is not implemented; "
@@ -273,7 +277,8 @@ def random_group_element(config: AttentionConfig, params: Params, seed: int = 0,
     return act(config, params, torch.cat(parts), ch)
 
 
-def gl_blocks(config: AttentionConfig, coords: torch.Tensor, ch: Chart) -> tuple[torch.Tensor, torch.Tensor]:
+def gl_blocks(config: AttentionConfig, coords: torch.Tensor,
+              ch: Chart) -> tuple[torch.Tensor, torch.Tensor]:
     """The Lie algebra elements of the GL blocks of ``coords`` (..., n) (layout of ``act``):
     E_g = sum_c coords[g, c] E_c (..., sets G, k, k) and C_g (..., sets G, v, v)."""
     RG, v, c = config.n_kv_sets * config.n_kv_heads, config.value_dim, ch.qk_basis.shape[0]
