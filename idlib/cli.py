@@ -107,8 +107,9 @@ LAYER_FLAGS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
         metavar="LETTERS", help="biases on a subset of q, k, v, o, e.g. qkv ('' or none: no biases)")),
     ("layer", "causal", "--causal", dict(BOOL, help="causal mask (--no-causal overrides a file)")),
     ("variants", "qk_norm", "--qk-norm", dict(
-        choices=("none", "plain", "gain"), help="RMS-normalise each head's queries and keys; gain: "
-                                                "with learned gains shared by the heads (default none)")),
+        choices=("none", "plain", "gain", "whole"),
+        help="RMS-normalise each head's queries and keys; gain: with learned gains shared by the "
+             "heads; whole: all heads together, gains per dim (OLMo 2) (default none)")),
     ("variants", "kv_latent", "--kv-latent", dict(
         type=integer, metavar="C", help="keys and values from a shared C-dim latent "
                                         "(multi-head latent attention)")),
