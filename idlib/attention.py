@@ -61,6 +61,9 @@ def param_shapes(config: AttentionConfig) -> dict[str, tuple[int, ...]]:
     if config.qk_norm == "gain":
         shapes["g_Q"] = per_layer + (k,)
         shapes["g_K"] = per_set + (k,)
+    if config.qk_norm == "whole":                     # one layer (counting.check_derived)
+        shapes["g_Q"] = (H, k)
+        shapes["g_K"] = (G, k)
     return shapes
 
 
@@ -173,7 +176,10 @@ def project(config: AttentionConfig, params: Params, X: torch.Tensor,
         k = k + params["b_K"][None, :, None, :]
     if "b_V" in params:
         v = v + params["b_V"][None, :, None, :]
-    if config.qk_norm != "none":
+    if config.qk_norm == "whole":                    # all heads together (OLMo 2), then gains
+        q = params["g_Q"][:, None, :] * q / torch.sqrt(q.pow(2).mean(dim=(1, 3), keepdim=True) + NORM_EPS)
+        k = params["g_K"][:, None, :] * k / torch.sqrt(k.pow(2).mean(dim=(1, 3), keepdim=True) + NORM_EPS)
+    elif config.qk_norm != "none":
         q, k = rms_norm(q), rms_norm(k)
         if config.qk_norm == "gain":
             q, k = q * params["g_Q"], k * params["g_K"]

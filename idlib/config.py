@@ -9,7 +9,9 @@ Variants (chapter 7; every one defaults to the plain layer above):
 
 * ``qk_norm`` "none" | "plain" | "gain": RMS-normalise each head's query and key after the
   projection (and bias), before RoPE; "gain" then multiplies them by learned gains g_Q, g_K of
-  size head_dim shared by all heads (Qwen3, Gemma 3).
+  size head_dim shared by all heads (Qwen3, Gemma 3); "whole" RMS-normalises the whole
+  projected query (all H heads, width H k) and key (G k) with gains g_Q (H, k), g_K (G, k)
+  (OLMo 2, OLMoE).
 * ``kv_latent`` C: keys and values from a shared C-dim latent X W_DKV through per-group up
   projections W_UK, W_UV (multi-head latent attention); ``latent_norm`` RMS-normalises it.
 * ``input_centered``: the layer sees x - mean(x) (a LayerNorm without affine in front).
@@ -45,7 +47,7 @@ class ConfigError(ValueError):
 MAX_SIZE = 2 ** 53              # integer sizes above this cannot be counted as floats can hold them
 MAX_CONFIG_BYTES = 1 << 20      # a config file larger than 1 MiB is refused unread
 BIAS_LETTERS = "qkvo"
-QK_NORMS = ("none", "plain", "gain")
+QK_NORMS = ("none", "plain", "gain", "whole")
 DERIVED = ("n_kv_heads", "head_dim", "value_dim")   # fields whose default is derived from others
 
 

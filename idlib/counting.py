@@ -298,6 +298,11 @@ def check_derived(config: AttentionConfig) -> None:
         raise ConfigError(
             f"head_dim={k} must be at most d_model - 1 = {d_in} when rope_fraction > 0 and "
             "input_centered=True (the count is not derived)")
+    if config.qk_norm == "whole" and (config.n_layers > 1 or C is not None or config.input_centered
+                                      or config.n_heads * k > d_in):
+        raise ConfigError(
+            f"qk_norm='whole' is derived for one layer without latent or centred inputs and with "
+            f"n_heads * head_dim = {config.n_heads * k} at most d_model = {config.d_model}")
     if config.qk_norm != "none":
         if k < 2:
             raise ConfigError(f"qk_norm={config.qk_norm!r} needs head_dim >= 2 (a normalised "
@@ -384,7 +389,9 @@ def count(config: AttentionConfig, frequencies: torch.Tensor | list[float] | Non
             ortho = _orthogonal_commutant(classes) if classes else k * (k - 1) // 2
         else:
             gain_unid = _gain_fiber(classes) if classes else k
-        qk_fiber = ortho + mm + 1
+        # whole: one scale for all queries and one for all keys (counted once, below), no
+        # rotation survives the gains; per head and group: m + 1 scales
+        qk_fiber = 0 if config.qk_norm == "whole" else ortho + mm + 1
         q_bias_fiber, k_bias_fixed = 0, 0
     elif classes:  # k <= min(d_in, b) (check_derived refuses wider rotary heads)
         qk_fiber = _commutant(classes)
@@ -410,7 +417,8 @@ def count(config: AttentionConfig, frequencies: torch.Tensor | list[float] | Non
     qk_ones = centred * (L * H * k + (R * G * k if C is None else 0))
     vo_ones = centred * (R * G * v if C is None else 0)
     comps = [ComponentCount("qk", L * H * d * k + R * G * kv_in * k,
-                            R * G * (qk_fiber + extra * k) + qk_ones),
+                            R * G * (qk_fiber + extra * k) + qk_ones
+                            + (2 if config.qk_norm == "whole" else 0)),
              ComponentCount("vo", L * H * d * v + R * G * kv_in * v,
                             R * G * (vo_fiber + extra * v) + vo_ones - vo_fix)]
     if C is not None:
@@ -425,6 +433,8 @@ def count(config: AttentionConfig, frequencies: torch.Tensor | list[float] | Non
         comps.append(ComponentCount("b_O", d, 0))
     if config.qk_norm == "gain":
         comps.append(ComponentCount("g_QK", (L + R) * k, R * gain_unid))
+    if config.qk_norm == "whole":   # per group: g_Q of its m heads against g_K, one per class
+        comps.append(ComponentCount("g_QK", (H + G) * k, G * gain_unid))
     return Count(config, tuple(comps))
 
 

@@ -124,8 +124,6 @@ TEXT_FAMILY = {"gemma3": "gemma3_text", "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl
 TEXT_ALIASES = {"gemma3": "gemma3_text", "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text"}
 
 QK_NORM_RULES = {
-    "whole": "normalises the whole projected q (width H*k) and k (width G*k) with gains of that "
-             "width, not each head",
     "layernorm": "applies a LayerNorm (mean subtracted, with gain) to each head's q and k",
     "latent": "multi-head latent attention: keys' no-RoPE part and values come from a normalised "
               "kv_lora_rank-dim latent, plus a decoupled RoPE key shared by all heads",
@@ -436,18 +434,12 @@ def approximation_note(data: Any, family: str | None = None) -> str | None:
         text, fam_name, fam = family_of(data, "config", family)
     except ConfigError:
         return None
-    if fam.qk_norm == "whole":
-        return (f"{fam_name} {QK_NORM_RULES['whole']}; represented by per-head QK-norm with shared "
-                "gains")
     if fam.qk_norm == "latent" and text.get("kv_lora_rank") is not None and text.get("q_lora_rank") is None:
         return LATENT_NOTE
     return None
 
 
 def _approximate_fields(text: dict[str, Any], fam_name: str, name: str) -> dict[str, Any]:
-    if FAMILIES[fam_name].qk_norm == "whole":
-        fields_ = attention_fields_from_hf(text, name, family="llama")
-        return fields_ | {"qk_norm": "gain"}
     d = _integer(name, "hidden_size", _get(text, "hidden_size"))
     H = _get(text, "num_attention_heads")
     if H is None:

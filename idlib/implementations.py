@@ -72,6 +72,8 @@ SPECS: dict[str, Spec] = {
     "gemma3_text": Spec("Gemma3TextConfig", "gemma3", "Gemma3Attention", _llama()),
     "granite": Spec("GraniteConfig", "granite", "GraniteAttention", _llama()),
     "olmo": Spec("OlmoConfig", "olmo", "OlmoAttention", _llama()),
+    "olmo2": Spec("Olmo2Config", "olmo2", "Olmo2Attention", _llama()),
+    "olmoe": Spec("OlmoeConfig", "olmoe", "OlmoeAttention", _llama(head_dim=False)),
     "glm": Spec("GlmConfig", "glm", "GlmAttention", _llama()),
     "starcoder2": Spec("Starcoder2Config", "starcoder2", "Starcoder2Attention", _llama("use_bias", False)),
     "phi3": Spec("Phi3Config", "phi3", "Phi3Attention", _llama(None, False)),
@@ -497,8 +499,9 @@ def to_params(built: Built) -> dict[str, torch.Tensor]:
         if b is not None:
             out["b_" + letter] = p[b] if letter == "O" else torch.stack([p[b][i] for i in idx])
     if lay.gains:
+        shapes = param_shapes(built.config)
         for name, g in zip(("g_Q", "g_K"), lay.gains):
-            out[name] = p[g] + 1.0 if lay.one_plus else p[g]
+            out[name] = (p[g] + 1.0 if lay.one_plus else p[g]).reshape(shapes[name])
     return {name: out[name] for name in param_shapes(built.config)}
 
 
@@ -524,7 +527,7 @@ def from_params(built: Built, params: dict[str, torch.Tensor]) -> dict[str, torc
         p[lay.o[1]] = params["b_O"].clone()
     if lay.gains:
         for name, g in zip(("g_Q", "g_K"), lay.gains):
-            p[g] = params[name] - 1.0 if lay.one_plus else params[name].clone()
+            p[g] = (params[name] - 1.0 if lay.one_plus else params[name].clone()).reshape(p[g].shape)
     return p
 
 
@@ -536,10 +539,41 @@ def symmetry_check(built: Built, seed: int = 0, scale: float = 0.5) -> dict[str,
     p = to_params(built)
     if from_params(built, p).keys() != parameters(built).keys():
         raise ConfigError(f"{built.family}: layout does not cover the module's parameters")
-    moved = from_params(built, random_group_element(built.config, p, seed=seed, scale=scale))
+    act = whole_norm_action if built.config.qk_norm == "whole" else random_group_element
+    moved = from_params(built, act(built.config, p, seed=seed, scale=scale))
     before = parameters(built)
     flat = lambda d: torch.cat([t.reshape(-1) for t in d.values()])  # noqa: E731
     with torch.no_grad():
         out, out2 = forward(built, X), forward(built, X, moved)
     return {"move": float((flat(moved) - flat(before)).norm() / flat(before).norm()),
             "change": float((out2 - out).abs().max() / out.abs().max())}
+
+
+def whole_norm_action(config: AttentionConfig, params: dict[str, torch.Tensor], seed: int = 0,
+                      scale: float = 0.5) -> dict[str, torch.Tensor]:
+    """A random element of the symmetry group of a layer with qk_norm="whole" (chapter 9):
+    all queries scaled by e^a and all keys by e^b (the norm forgets both), per key/value group
+    g_Q of its heads times e^s and g_K times e^-s with s constant on each rotation plane, and
+    GL(v) per group on V/O (W_V B, b_V B, B^{-1} W_O)."""
+    gen = torch.Generator().manual_seed(seed)
+    rnd = lambda *shape: scale * torch.randn(*shape, generator=gen, dtype=DTYPE)  # noqa: E731
+    H, G, k, v, m, r = (config.n_heads, config.n_kv_heads, config.head_dim, config.value_dim,
+                        config.group_size, config.rotary_dim)
+    p = dict(params)
+    a, b = rnd(2).exp()
+    p["W_Q"], p["W_K"] = p["W_Q"] * a, p["W_K"] * b
+    if "b_Q" in p:
+        p["b_Q"] = p["b_Q"] * a
+    if "b_K" in p:
+        p["b_K"] = p["b_K"] * b
+    half = rnd(G, r // 2)                              # one exponent per plane (i, i + r/2)
+    s = torch.cat([half, half, rnd(G, k - r)], dim=1)  # and one per pass-through dim
+    p["g_Q"] = p["g_Q"] * s.repeat_interleave(m, dim=0).exp()
+    p["g_K"] = p["g_K"] * (-s).exp()
+    B = torch.eye(v, dtype=DTYPE) + rnd(G, v, v) / v ** 0.5
+    Bh = B.repeat_interleave(m, dim=0)
+    p["W_V"] = p["W_V"] @ B
+    p["W_O"] = torch.linalg.solve(Bh, p["W_O"])
+    if "b_V" in p:
+        p["b_V"] = torch.einsum("gv,gvw->gw", p["b_V"], B)
+    return p

@@ -27,7 +27,7 @@ EXPECTED = {
     "llama-3-8b": (41943040, 132096, ("0.31%", "0.62%", "0.79%", "-")),
     "mistral-7b": (41943040, 132096, ("0.31%", "0.62%", "0.79%", "-")),
     "mixtral-8x7b": (41943040, 132096, ("0.31%", "0.62%", "0.79%", "-")),
-    "olmo-2-7b": (67109120, 524416, ("0.78%", "0.78%", "-", "0.79%")),
+    "olmo-2-7b": (67117056, 526338, ("0.78%", "0.79%", "-", "0.79%")),
     "phi-3-mini": (37748736, 297984, ("0.79%", "1.56%", "-", "-")),
     "qwen2.5-7b": (29364736, 66048, ("0.22%", "0.45%", "0.90%", "-")),
     "qwen3-8b": (41943296, 131176, ("0.31%", "0.31%", "0.78%", "0.31%")),
@@ -91,6 +91,9 @@ def test_rotary_models_by_hand():
     # Gemma 3 4B: QK-norm with gains: per group m + 1 = 3 scalings, GL(256) on VO; the gains
     # lose one dim per rotating plane (128)
     assert 4 * (3 + 256 ** 2) + 128 == EXPECTED["gemma-3-4b"][1]
+    # OLMo 2 7B: QK-norm over all 32 heads together, gains per dim: 2 scales, 64 gain
+    # exchanges per group (one per plane), GL(128) on VO; gains add (32 + 32) * 128 parameters
+    assert (4 * 4096 ** 2 + 64 * 128, 2 + 32 * (64 + 128 ** 2)) == EXPECTED["olmo-2-7b"][:2]
 
 
 def test_design_effects():
@@ -103,8 +106,8 @@ def test_design_effects():
 
 
 def test_statuses():
-    assert {s for s, m in MODELS.items() if m.status != "exact"} == {"olmo-2-7b", "deepseek-v2-lite"}
-    assert "whole projected q" in MODELS["olmo-2-7b"].reason
+    assert {s for s, m in MODELS.items() if m.status != "exact"} == {"deepseek-v2-lite"}
+    assert MODELS["olmo-2-7b"].config.qk_norm == "whole"
     assert "decoupled RoPE key" in MODELS["deepseek-v2-lite"].reason
     assert MODELS["qwen3-8b"].config.qk_norm == MODELS["gemma-3-4b"].config.qk_norm == "gain"
 
@@ -120,7 +123,7 @@ def test_format_and_json():
     gpt2 = next(line for line in lines if line.startswith("GPT-2"))
     assert re.split(r"\s{2,}", gpt2.strip()) == ["GPT-2 (124M)", "12", "2,362,368", "28,348,416",
                                                   "99,840", "4.23%", "-", "-", "-"]
-    assert lines[-1].startswith("OLMo 2 7B (1124): approximate: olmo2 normalises the whole")
+    assert lines[-1].startswith("DeepSeek-V2-Lite: approximate: multi-head latent attention")
 
 
 @pytest.mark.parametrize("slug", sorted(MODELS))

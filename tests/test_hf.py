@@ -236,6 +236,15 @@ def test_gemma2_soft_capping_is_read():
     assert count(capped).identified == 126 and count(capped.replace(softcap=None)).identified == 120
 
 
+def test_olmo2_whole_projection_qk_norm():
+    data = t5dict("Olmo2Config", hidden_size=4096, num_attention_heads=32)
+    c = config_from_hf(data)
+    assert c.qk_norm == "whole" and count(c).unidentified == 2 + 32 * (64 + 128 ** 2)
+    wide = config_from_hf({**data, "head_dim": 256})
+    with pytest.raises(ConfigError, match=re.escape("n_heads * head_dim = 8192 at most d_model = 4096")):
+        count(wide)
+
+
 def test_family_override():
     data = {"model_type": "my_llama", "hidden_size": 64, "num_attention_heads": 4, "rope_theta": 1e4}
     with pytest.raises(ConfigError, match=re.escape("model_type 'my_llama' is not a family the reader "
@@ -278,7 +287,7 @@ LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}
      "field 'position_embedding_type'='relative_key': relative position scores are not represented"),
     ({**LLAMA, "model_type": "falcon", "alibi": True}, "ALiBi position biases are not represented"),
     ({**LLAMA, "model_type": "olmo", "clip_qkv": 8.0}, "field 'clip_qkv'=8.0 clamps q, k, v"),
-    ({**LLAMA, "model_type": "olmoe"}, "family 'olmoe' normalises the whole projected q"),
+    ({**LLAMA, "model_type": "olmoe", "clip_qkv": 8.0}, "field 'clip_qkv'=8.0 clamps q, k, v"),
     ({**LLAMA, "model_type": "stablelm", "qk_layernorm": True},
      "family 'stablelm' applies a LayerNorm (mean subtracted, with gain) to each head's q and k"),
     ({**LLAMA, "model_type": "phi", "qk_layernorm": True}, "family 'phi' applies a LayerNorm"),

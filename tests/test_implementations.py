@@ -17,7 +17,7 @@ PARTIAL = {"phi", "gpt_neox", "stablelm", "persimmon", "glm"}
 # where the family rotates part of each head), the family's biases switched on
 EXPECTED_I = {"llama": 240, "mistral": 216, "mixtral": 216, "qwen2": 240, "qwen2_moe": 240,
               "qwen3": 250, "qwen3_moe": 250, "gemma": 240, "gemma2": 216, "gemma3_text": 250,
-              "granite": 240, "olmo": 240, "glm": 232, "starcoder2": 240, "phi3": 216, "phi": 232,
+              "granite": 240, "olmo": 240, "olmo2": 258, "olmoe": 258, "glm": 232, "starcoder2": 240, "phi3": 216, "phi": 232,
               "stablelm": 232, "persimmon": 232, "gpt_neox": 232, "falcon": 240, "gpt2": 208,
               "bert": 208, "t5": 192}
 
@@ -67,8 +67,8 @@ def test_float32_families_are_refused():
                                                     "CohereAttention applies RoPE in float32")):
         impl.check_family_of(data)
     with pytest.raises(ConfigError, match="has no real-implementation check"):
-        impl.check_family_of({"model_type": "olmo2", "hidden_size": 64, "num_attention_heads": 4},
-                             family="olmo2")
+        impl.check_family_of({"model_type": "deepseek_v3", "hidden_size": 64,
+                              "num_attention_heads": 4, "kv_lora_rank": 16})
 
 
 def test_census_config_through_its_real_module():
