@@ -5,6 +5,7 @@ import torch
 from idlib import conservation as C
 from idlib.attention import flatten, forward, init_params, n_params, random_inputs, unflatten
 from idlib.config import AttentionConfig
+from idlib.counting import count
 from idlib.studies.training import associative_recall, teacher_student
 from idlib.symmetry import random_group_element, tangent_basis
 
@@ -118,7 +119,7 @@ def test_balance_refuses_rank_deficient_factor():
     p = point(cfg)
     p["W_K"] = p["W_K"].clone()
     p["W_K"][0, :, 0] = 0.0
-    with pytest.raises(ValueError, match="positive definite"):
+    with pytest.raises(ValueError, match=r"^matrix must be positive definite \(a factor of the layer has lost rank\)$"):
         C.balance(cfg, p)
 
 
@@ -161,7 +162,100 @@ def test_linear_projection_is_exactly_orthogonal_and_moves_function_at_second_or
 
 def test_variants_are_refused_by_name():
     cfg = AttentionConfig(8, n_heads=2, qk_norm="plain")
-    with pytest.raises(ValueError, match="qk_norm='plain' must be 'none'"):
+    with pytest.raises(ValueError, match=r"^qk_norm='plain' must be 'none': idlib.conservation treats "
+                       r"one plain attention layer \(its moment maps and balancing are derived for it\)$"):
         C.conserved(cfg, init_params(cfg, 0))
     with pytest.raises(ValueError, match="qk_norm='plain' must be 'none'"):
         C.balance(cfg, init_params(cfg, 0))
+
+
+# --- exact values per component, biases, custom frequencies, k > d ----------------------------
+
+BIASED = AttentionConfig(8, n_heads=2, value_dim=2, bias="qkvo")          # k = 4, v = 2
+
+
+def test_component_rows_and_random_share_per_component():
+    rows = C.component_rows(BIASED)
+    # qk: W_Q, W_K (2 * 2 * 8 * 4) + b_Q, b_K (8 + 8); vo: W_V, W_O (2 * 2 * 8 * 2) + b_V (4) + b_O (8)
+    assert (int(rows["qk"].sum()), int(rows["vo"].sum())) == (144, 76)
+    assert bool((rows["qk"] ^ rows["vo"]).all())               # a partition of the parameters
+    # an isotropic update's expected share is sqrt(dim T_c / n_c); dim T_c read off the basis
+    P = tangent_basis(BIASED, point(BIASED, 0))
+    share = C.random_share(BIASED)
+    for comp, mask in rows.items():
+        assert share[comp] == pytest.approx((float(P[mask].pow(2).sum()) / int(mask.sum())) ** 0.5,
+                                            abs=1e-12)
+    assert share["qk"] != pytest.approx(share["vo"], abs=1e-3)   # the components differ here
+
+
+def test_overlap_per_component():
+    p = point(BIASED, 1)
+    P = tangent_basis(BIASED, p)
+    rows = C.component_rows(BIASED)
+    u = torch.randn(n_params(BIASED), generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    only_qk = torch.where(rows["qk"], u, torch.zeros_like(u))
+    ov = C.overlap(BIASED, p, only_qk)
+    proj = P @ (P.T @ only_qk)
+    assert ov["vo"] == 0.0                                     # no update there: share 0
+    assert ov["qk"] == pytest.approx(float(proj[rows["qk"]].norm() / only_qk[rows["qk"]].norm()),
+                                     abs=1e-10)
+    assert ov["total"] == pytest.approx(float(proj.norm() / only_qk.norm()), abs=1e-10)
+    assert 0.05 < ov["qk"] < 0.95
+
+
+def test_moment_maps_include_the_biases():
+    p = point(BIASED, 2)
+    c = C.conserved(BIASED, p)
+    Qt = torch.cat([p["W_Q"][1], p["b_Q"][1][None]])
+    Kt = torch.cat([p["W_K"][1], p["b_K"][1][None]])
+    Vt = torch.cat([p["W_V"][0], p["b_V"][0][None]])
+    assert torch.allclose(c["qk"][1], Qt.T @ Qt - Kt.T @ Kt, atol=1e-14, rtol=0)
+    assert torch.allclose(c["vo"][0], Vt.T @ Vt - p["W_O"][0] @ p["W_O"][0].T, atol=1e-14, rtol=0)
+
+
+def test_spd_power_refuses_an_exactly_singular_matrix():
+    with pytest.raises(ValueError, match="positive definite"):
+        C.spd_power(torch.diag(torch.tensor([1.0, 0.0], dtype=torch.float64)), 0.5)
+    M = torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64)
+    assert torch.allclose(C.spd_power(M, 0.5) @ C.spd_power(M, 0.5), M, atol=1e-14, rtol=0)
+
+
+ROPE = AttentionConfig(6, n_heads=1, head_dim=4, rope_fraction=1.0)
+EQUAL = torch.tensor([0.7, 0.7], dtype=torch.float64)       # two equal planes: commutant 8, not 4
+
+
+def test_custom_frequencies_reach_every_function():
+    p = point(ROPE, 3)
+    X = random_inputs(ROPE, 4, 7, seed=2)
+    P = tangent_basis(ROPE, p, EQUAL)
+    assert P.shape[1] == 24 and tangent_basis(ROPE, p).shape[1] == 20
+    u = torch.randn(n_params(ROPE), generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    assert torch.allclose(C.tangent_part(ROPE, p, u, EQUAL), P @ (P.T @ u), atol=1e-10, rtol=0)
+    # the projection onto the larger commutant keeps more of the QK moment map
+    default, equal = C.conserved(ROPE, p)["qk"], C.conserved(ROPE, p, EQUAL)["qk"]
+    assert equal.norm() > default.norm() + 1e-3
+    b = C.balance(ROPE, p, EQUAL)
+    assert (forward(ROPE, b, X, EQUAL) - forward(ROPE, p, X, EQUAL)).abs().max() < 1e-10
+    assert all(c.abs().max() < 1e-10 for c in C.conserved(ROPE, b, EQUAL).values())
+    assert C.conserved(ROPE, C.balance(ROPE, p), EQUAL)["qk"].abs().max() > 1e-3
+    new = _adam_like_step(ROPE, p, 1e-3)
+    for mode in ("orbit", "linear"):
+        proj = C.project_step(ROPE, p, new, mode, EQUAL)
+        share = C.overlap(ROPE, p, flatten(proj) - flatten(p), P)["total"]
+        assert share < 0.02 * C.overlap(ROPE, p, flatten(new) - flatten(p), P)["total"]
+
+
+WIDE = AttentionConfig(3, n_heads=1, head_dim=5, value_dim=4, bias="q")     # k, v > d: null moves
+
+
+def test_projection_with_null_moves():
+    p = point(WIDE, 4)
+    P = tangent_basis(WIDE, p)
+    assert P.shape[1] == count(WIDE).unidentified
+    u = torch.randn(n_params(WIDE), generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    assert torch.allclose(C.tangent_part(WIDE, p, u), P @ (P.T @ u), atol=1e-10, rtol=0)
+    X = random_inputs(WIDE, 4, 5, seed=3)
+    new = _adam_like_step(WIDE, p, 1e-3)
+    proj = C.project_step(WIDE, p, new)
+    assert (forward(WIDE, proj, X) - forward(WIDE, new, X)).abs().max() < 1e-10
+    assert C.overlap(WIDE, p, flatten(proj) - flatten(p), P)["total"] < 0.02
