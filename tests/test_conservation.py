@@ -231,6 +231,11 @@ def test_custom_frequencies_reach_every_function():
     assert P.shape[1] == 24 and tangent_basis(ROPE, p).shape[1] == 20
     u = torch.randn(n_params(ROPE), generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     assert torch.allclose(C.tangent_part(ROPE, p, u, EQUAL), P @ (P.T @ u), atol=1e-10, rtol=0)
+    rope_v = AttentionConfig(6, n_heads=1, head_dim=4, rope_fraction=1.0, bias="v")   # a b_V block
+    pv = point(rope_v, 3)
+    Pv = tangent_basis(rope_v, pv, EQUAL)
+    uv = torch.randn(n_params(rope_v), generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    assert torch.allclose(C.tangent_part(rope_v, pv, uv, EQUAL), Pv @ (Pv.T @ uv), atol=1e-10, rtol=0)
     # the projection onto the larger commutant keeps more of the QK moment map
     default, equal = C.conserved(ROPE, p)["qk"], C.conserved(ROPE, p, EQUAL)["qk"]
     assert equal.norm() > default.norm() + 1e-3
