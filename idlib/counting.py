@@ -29,6 +29,14 @@ query heads per key/value group and set:
 * Cross-layer K/V sharing: the S layers of a run share the group's GL(k), GL(v): the
   single-layer fibers with m replaced by S m, once per set.
 
+Chapter 9 (``09_implementations``):
+
+* QK-norm over all heads (qk_norm="whole", OLMo 2; one layer, H k <= d_in): one scale for all
+  queries and one for all keys (2 in all), no rotation survives the per-dim gains, the biases
+  are identified; gains: ``gain_fiber`` per key/value group (g_Q of its m heads against g_K).
+* Soft-capped scores (softcap): c tanh(s / c) sees row constants, so the key bias is
+  identified (its fixed dims no longer unidentified); nothing else changes (k <= d_in).
+
 Rotation classes (``layer_classes``): planes whose offset-1 rotations agree up to conjugation
 (within ROTATION_TOL) form one class.  Explicit frequencies are sorted (O(P log P), P planes);
 the standard ones base^(-2i/r) are grouped in closed form (``_standard_classes``, O(distinct
