@@ -264,3 +264,11 @@ def test_projection_with_null_moves():
     proj = C.project_step(WIDE, p, new)
     assert (forward(WIDE, proj, X) - forward(WIDE, new, X)).abs().max() < 1e-10
     assert C.overlap(WIDE, p, flatten(proj) - flatten(p), P)["total"] < 0.02
+
+
+def test_drift_is_the_frobenius_norm_of_the_change():
+    start = {"qk": torch.zeros(2, 2, dtype=torch.float64), "vo": torch.ones(1, 2, dtype=torch.float64)}
+    now = {"qk": torch.tensor([[3.0, 0.0], [0.0, 0.0]], dtype=torch.float64),
+           "vo": torch.tensor([[1.0, 5.0]], dtype=torch.float64)}
+    assert C.drift(now, start) == {"qk": 3.0, "vo": 4.0, "total": 5.0}
+    assert C.drift(start, start) == {"qk": 0.0, "vo": 0.0, "total": 0.0}
