@@ -93,6 +93,12 @@
     out.clipped_text.push(`${where(pre)}: printed output ${pre.scrollWidth} px wide in a ${pre.clientWidth} px box ` +
                           `(scrolls or is cut): "${short(long, 80)}"`);
   }
+  // display formulas too: one that scrolls shows the reader half an equation
+  for (const m of art.querySelectorAll("div.math, mjx-container[display=\"true\"]")) {
+    if (!vis(m) || m.scrollWidth <= m.clientWidth + 1) continue;
+    out.clipped_text.push(`${where(m)}: display formula ${m.scrollWidth} px wide in a ${m.clientWidth} px column ` +
+                          `(break it over lines, e.g. split/aligned): "${short(m.textContent, 80)}"`);
+  }
   const sw = document.scrollingElement.scrollWidth;
   if (sw > window.innerWidth + 1) out.overflow.push(`the page scrolls sideways (${sw} px wide in a ${window.innerWidth} px window)`);
 

@@ -96,7 +96,8 @@ def _audit(browser, page: str) -> dict[int, dict]:
     # MathJax typesets asynchronously: wait for it (and for the web fonts) before looking.
     tab.evaluate("""async () => {
         if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
-        await document.fonts.ready; }""")
+        await document.fonts.ready;
+        await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))); }""")
     results = {}
     for width in WIDTHS:
         if width != WIDTHS[0]:

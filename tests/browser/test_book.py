@@ -11,7 +11,8 @@ is, so a chapter's author can find it. The checks:
 - unresolved: no ``??`` and no unresolved role (``{cite}``, ``:prf:ref:``...);
 - overflow: no table, output, figure or formula wider than the content column unless it sits
   in a horizontal scroll box, and the page itself never scrolls sideways;
-- clipped_text: no printed output line wider than its box (one would have to scroll to read it);
+- clipped_text: no printed output line or display formula wider than its box (one would have
+  to scroll to read it);
 - figure_text: the smallest text of every figure is at least 9 px on screen;
 - solution_visible: nothing of a closed solution is visible, and no answer is printed after it;
 - stderr: no stderr output, no warning or error printed in an output;
