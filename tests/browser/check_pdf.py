@@ -75,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--overfull-pt", type=float, default=15.0, help="no box wider than this (pt)")
     args = ap.parse_args(argv)
     problems = []
-    boxes = overfull(Path(args.log).read_text(errors="replace"))
+    log = Path(args.log).read_text(errors="replace")
+    if "There were undefined references" in log:
+        problems.append("the LaTeX log ends with undefined references (they print as ??)")
+    boxes = overfull(log)
     big = [b for b in boxes if b[0] > 1.0]  # < 1 pt is invisible
     print(f"check_pdf: {len(big)} places with overfull boxes wider than 1 pt (allowed {args.overfull_max})"
           + (f", widest {big[0][0]:.0f} pt" if big else ""))
