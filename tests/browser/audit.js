@@ -20,25 +20,28 @@
   const skip = (el) => el.closest(".cell_input, mjx-container, code, script, style, .headerlink, " +
                                   "nav, .prev-next-area, .bd-sidebar-primary, .bd-sidebar-secondary") ||
                        (el.closest('div[class*="highlight-"]') && !el.closest(".cell_output"));
-  let text = "";
-  const owners = [];  // [offset, element]
+  let text = "", prose = "";
+  const owners = [], proseOwners = [];  // [offset, element]
   const walker = document.createTreeWalker(art, NodeFilter.SHOW_TEXT);
   for (let n = walker.nextNode(); n; n = walker.nextNode()) {
     const el = n.parentElement;
     if (!el || skip(el) || !vis(el)) continue;
     owners.push([text.length, el]);
     text += n.nodeValue + "\n";  // no match runs from one element into the next
+    // prose: not outputs, and not the API reference's docstrings (plain text by the library's style)
+    if (!el.closest(".cell_output, dl.py, section[id^='module-']")) { proseOwners.push([prose.length, el]); prose += n.nodeValue + "\n"; }
   }
-  const ownerAt = (i) => {
-    let lo = 0, hi = owners.length - 1;
-    while (lo < hi) { const mid = (lo + hi + 1) >> 1; if (owners[mid][0] <= i) lo = mid; else hi = mid - 1; }
-    return owners.length ? owners[lo][1] : art;
+  const ownerAt = (own, i) => {
+    let lo = 0, hi = own.length - 1;
+    while (lo < hi) { const mid = (lo + hi + 1) >> 1; if (own[mid][0] <= i) lo = mid; else hi = mid - 1; }
+    return own.length ? own[lo][1] : art;
   };
-  const scan = (re, key, label) => {
+  const scan = (re, key, label, onlyProse = false) => {
     const seen = new Set();
-    for (const m of text.matchAll(re)) {
-      const el = ownerAt(m.index);
-      const ctx = short(text.slice(Math.max(0, m.index - 40), m.index + 60));
+    const [src, own] = onlyProse ? [prose, proseOwners] : [text, owners];
+    for (const m of src.matchAll(re)) {
+      const el = ownerAt(own, m.index);
+      const ctx = short(src.slice(Math.max(0, m.index - 40), m.index + 60));
       const msg = `${where(el)}: ${label} ${JSON.stringify(m[0])} in "${ctx}"`;
       if (!seen.has(msg)) { seen.add(msg); out[key].push(msg); }
     }
@@ -48,6 +51,9 @@
   scan(/\\\(|\\\)|\\\[|\\\]|\$\$|\\(?:frac|sigma|tau|theta|omega|gamma|alpha|beta|mu|mathrm|mathbb|mathcal|operatorname|begin|end|sum|cdot|times|leq?|geq?|top|left|right|sqrt|dim|ker|rank)(?![A-Za-z])/g,
        "raw_tex", "raw TeX");
   scan(/\$[^\s$\d][^$\n]{0,60}?\$/g, "raw_tex", "raw $-math");
+  // math written as plain text in prose and captions (k^2, W_Q): it should be $k^2$, $W_Q$
+  scan(/(?<![\w^\\])[A-Za-z]\^(?:[0-9]|\{|[A-Za-z](?![A-Za-z]))|(?<![\w\\])[A-Za-z]_(?:\{|[A-Za-z0-9](?![A-Za-z0-9_]))/g,
+       "raw_tex", "math as plain text", true);
   scan(/\?\?/g, "unresolved", "unresolved reference");
   scan(/\{(?:cite|numref|ref|eq|doc|term|download|math|prf:[a-z]+)(?::[a-z]+)?\}`?|:(?:prf:ref|cite(?::p|:t)?|numref|ref|eq|doc):`/g,
        "unresolved", "unresolved role");

@@ -7,7 +7,8 @@ is, so a chapter's author can find it. The checks:
 - missing: no local file (script, style, font, image) is missing;
 - math: MathJax (shipped with the book) loaded and typeset every formula without error;
 - raw_table: no pipe-table text (``|---``) in prose or outputs: tables render as tables;
-- raw_tex: no TeX delimiters or commands left in the visible text after typesetting;
+- raw_tex: no TeX delimiters or commands left in the visible text after typesetting, and no
+  math written as plain text in prose or captions (`k^2`, `W_Q`; API docstrings excepted);
 - unresolved: no ``??`` and no unresolved role (``{cite}``, ``:prf:ref:``...);
 - overflow: no table, output, figure or formula wider than the content column unless it sits
   in a horizontal scroll box, and the page itself never scrolls sideways;
