@@ -61,9 +61,11 @@ def param_shapes(config: AttentionConfig) -> dict[str, tuple[int, ...]]:
     if config.qk_norm == "gain":
         shapes["g_Q"] = per_layer + (k,)
         shapes["g_K"] = per_set + (k,)
-    if config.qk_norm == "whole":                     # one layer (counting.check_derived)
+    if config.qk_norm in ("whole", "layernorm"):      # one layer (counting.check_derived)
         shapes["g_Q"] = (H, k)
         shapes["g_K"] = (G, k)
+    if config.qk_norm == "layernorm_shared":
+        shapes.update({"g_Q": (k,), "c_Q": (k,), "g_K": (k,), "c_K": (k,)})
     return shapes
 
 
@@ -179,6 +181,12 @@ def project(config: AttentionConfig, params: Params, X: torch.Tensor,
     if config.qk_norm == "whole":                    # all heads together (OLMo 2), then gains
         q = params["g_Q"][:, None, :] * q / torch.sqrt(q.pow(2).mean(dim=(1, 3), keepdim=True) + NORM_EPS)
         k = params["g_K"][:, None, :] * k / torch.sqrt(k.pow(2).mean(dim=(1, 3), keepdim=True) + NORM_EPS)
+    elif config.qk_norm in ("layernorm", "layernorm_shared"):   # LayerNorm per head (mean out)
+        q, k = rms_norm(center(q)), rms_norm(center(k))
+        if config.qk_norm == "layernorm":
+            q, k = q * params["g_Q"][:, None, :], k * params["g_K"][:, None, :]
+        else:
+            q, k = q * params["g_Q"] + params["c_Q"], k * params["g_K"] + params["c_K"]
     elif config.qk_norm != "none":
         q, k = rms_norm(q), rms_norm(k)
         if config.qk_norm == "gain":

@@ -30,7 +30,7 @@ from .rank import (AUTO_DENSE_MAX_PARAMS, DENSE_FALLBACK_MAX_PARAMS, default_n_s
 from .studies.census import census_rows, format_census
 
 PROG = "idlib"
-STRUCTURED_MAX_PARAMS = 20000       # where idlib.fastrank applies (never forms the Jacobian)
+STRUCTURED_MAX_PARAMS = 70000       # where idlib.fastrank applies (never forms the Jacobian)
 DEFAULT_ATTEMPTS = 8
 DEFAULT_SPREAD_FROM = 4
 
@@ -107,9 +107,11 @@ LAYER_FLAGS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
         metavar="LETTERS", help="biases on a subset of q, k, v, o, e.g. qkv ('' or none: no biases)")),
     ("layer", "causal", "--causal", dict(BOOL, help="causal mask (--no-causal overrides a file)")),
     ("variants", "qk_norm", "--qk-norm", dict(
-        choices=("none", "plain", "gain", "whole"),
+        choices=("none", "plain", "gain", "whole", "layernorm", "layernorm_shared"),
         help="RMS-normalise each head's queries and keys; gain: with learned gains shared by the "
-             "heads; whole: all heads together, gains per dim (OLMo 2) (default none)")),
+             "heads; whole: all heads together, gains per dim (OLMo 2); layernorm: a LayerNorm "
+             "per head with its own gains (StableLM, Cohere); layernorm_shared: one LayerNorm "
+             "with gain and shift for all heads (Phi, Persimmon) (default none)")),
     ("variants", "kv_latent", "--kv-latent", dict(
         type=integer, metavar="C", help="keys and values from a shared C-dim latent "
                                         "(multi-head latent attention)")),
@@ -245,7 +247,8 @@ def measurement_bytes(config: AttentionConfig) -> int:
 
     Dense route: J (rows x P, rows = B n d) and the SVD's copy of it, plus a min(rows, P)^2
     workspace.  Structured route (idlib.fastrank): per group a (B n m v) x P_g Jacobian, three
-    copies, and P x U lifted kernel columns (U <= P).  "auto" may take both.
+    copies, P x U lifted kernel columns and J V (rows x U), U = count(config).unidentified.
+    "auto" may take both.
     """
     P, n = n_params(config), default_seq_len(config)
     B = default_n_sequences(config, n)
@@ -254,7 +257,8 @@ def measurement_bytes(config: AttentionConfig) -> int:
     if applicable(config) is not None or P <= AUTO_DENSE_MAX_PARAMS:
         return dense
     per_group = B * n * config.group_size * config.value_dim * (P // config.n_kv_heads + 1)
-    structured = 8 * (3 * per_group + P * P)
+    U = count(config).unidentified      # lifted kernel P x U (three copies) and J V (rows x U, two)
+    structured = 8 * (3 * per_group + 3 * P * U + 2 * rows * U)
     return max(structured, dense) if P <= DENSE_FALLBACK_MAX_PARAMS else structured
 
 

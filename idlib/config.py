@@ -11,7 +11,9 @@ Variants (chapter 7; every one defaults to the plain layer above):
   projection (and bias), before RoPE; "gain" then multiplies them by learned gains g_Q, g_K of
   size head_dim shared by all heads (Qwen3, Gemma 3); "whole" RMS-normalises the whole
   projected query (all H heads, width H k) and key (G k) with gains g_Q (H, k), g_K (G, k)
-  (OLMo 2, OLMoE).
+  (OLMo 2, OLMoE); "layernorm": a LayerNorm (mean subtracted) on each head with gains per head
+  g_Q (H, k), g_K (G, k) (StableLM, Cohere); "layernorm_shared": one LayerNorm with gain g and
+  shift c shared by the heads, g_Q, c_Q, g_K, c_K (k,) (Persimmon, Phi).
 * ``kv_latent`` C: keys and values from a shared C-dim latent X W_DKV through per-group up
   projections W_UK, W_UV (multi-head latent attention); ``latent_norm`` RMS-normalises it.
 * ``input_centered``: the layer sees x - mean(x) (a LayerNorm without affine in front).
@@ -47,7 +49,7 @@ class ConfigError(ValueError):
 MAX_SIZE = 2 ** 53              # integer sizes above this cannot be counted as floats can hold them
 MAX_CONFIG_BYTES = 1 << 20      # a config file larger than 1 MiB is refused unread
 BIAS_LETTERS = "qkvo"
-QK_NORMS = ("none", "plain", "gain", "whole")
+QK_NORMS = ("none", "plain", "gain", "whole", "layernorm", "layernorm_shared")
 DERIVED = ("n_kv_heads", "head_dim", "value_dim")   # fields whose default is derived from others
 
 

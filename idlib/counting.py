@@ -306,6 +306,13 @@ def check_derived(config: AttentionConfig) -> None:
         raise ConfigError(
             f"head_dim={k} must be at most d_model - 1 = {d_in} when rope_fraction > 0 and "
             "input_centered=True (the count is not derived)")
+    if config.qk_norm.startswith("layernorm") and (config.n_layers > 1 or C is not None
+                                                   or config.input_centered or k < 3
+                                                   or not config.rotary_dim):
+        raise ConfigError(
+            f"qk_norm={config.qk_norm!r} is derived for one layer with RoPE, without latent or "
+            f"centred inputs, and with head_dim >= 3 (got {k}; without RoPE the centred heads "
+            "have more symmetry, not derived)")
     if config.qk_norm == "whole" and (config.n_layers > 1 or C is not None or config.input_centered
                                       or config.n_heads * k > d_in):
         raise ConfigError(
@@ -401,6 +408,10 @@ def count(config: AttentionConfig, frequencies: torch.Tensor | list[float] | Non
         # rotation survives the gains; per head and group: m + 1 scales
         qk_fiber = 0 if config.qk_norm == "whole" else ortho + mm + 1
         q_bias_fiber, k_bias_fixed = 0, 0
+        if config.qk_norm.startswith("layernorm"):
+            # the mean is subtracted: each head's all-ones direction of W_Q, b_Q (W_K, b_K) is unseen
+            qk_fiber += (mm + 1) * d_in
+            q_bias_fiber, k_bias_fixed = mm, 1
     elif classes:  # k <= min(d_in, b) (check_derived refuses wider rotary heads)
         qk_fiber = _commutant(classes)
         q_bias_fiber = 0
@@ -441,6 +452,12 @@ def count(config: AttentionConfig, frequencies: torch.Tensor | list[float] | Non
         comps.append(ComponentCount("b_O", d, 0))
     if config.qk_norm == "gain":
         comps.append(ComponentCount("g_QK", (L + R) * k, R * gain_unid))
+    if config.qk_norm == "layernorm":   # per-head gains: per group, its m heads against g_K
+        comps.append(ComponentCount("g_QK", (H + G) * k, G * gain_unid))
+    if config.qk_norm == "layernorm_shared":   # shared gain and shift: one exchange per class;
+        comps.append(ComponentCount("g_QK", 2 * k, gain_unid))   # the key shift's fixed dims are
+        nu = layer_classes(config, frequencies)[1] if r else k   # row constants
+        comps.append(ComponentCount("c_QK", 2 * k, nu))
     if config.qk_norm == "whole":   # per group: g_Q of its m heads against g_K, one per class
         comps.append(ComponentCount("g_QK", (H + G) * k, G * gain_unid))
     return Count(config, tuple(comps))

@@ -123,8 +123,10 @@ TEXT_FAMILY = {"gemma3": "gemma3_text", "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl
 # the model_type of a text_config names the text model; some spell it as the multimodal one
 TEXT_ALIASES = {"gemma3": "gemma3_text", "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text"}
 
+# families whose QK LayerNorm is one nn.LayerNorm(head_dim) (gain and shift) shared by the heads;
+# StableLM and Cohere normalise each head with its own gains and no shift ("layernorm")
+LAYERNORM_SHARED = ("phi", "persimmon")
 QK_NORM_RULES = {
-    "layernorm": "applies a LayerNorm (mean subtracted, with gain) to each head's q and k",
     "latent": "multi-head latent attention: keys' no-RoPE part and values come from a normalised "
               "kv_lora_rank-dim latent, plus a decoupled RoPE key shared by all heads",
 }
@@ -373,6 +375,8 @@ def attention_fields_from_hf(data: Any, name: str = "config", approximate: bool 
         raise ConfigError(f"{name}: field 'num_attention_heads' is required")
     n_heads = _integer(name, "num_attention_heads", n_heads)
     qk_norm = _qk_norm(text, fam, name)
+    if qk_norm == "layernorm" and fam_name in LAYERNORM_SHARED:
+        qk_norm = "layernorm_shared"
     _refusals(text, fam, fam_name, name, qk_norm)
     _check_unread(text, fam, name)
     n_kv = _kv_heads(text, fam, fam_name, n_heads, name)

@@ -539,6 +539,9 @@ def symmetry_check(built: Built, seed: int = 0, scale: float = 0.5) -> dict[str,
     p = to_params(built)
     if from_params(built, p).keys() != parameters(built).keys():
         raise ConfigError(f"{built.family}: layout does not cover the module's parameters")
+    if built.config.qk_norm.startswith("layernorm"):
+        raise ConfigError(f"{built.family}: the group action for qk_norm="
+                          f"{built.config.qk_norm!r} is not implemented")
     act = whole_norm_action if built.config.qk_norm == "whole" else random_group_element
     moved = from_params(built, act(built.config, p, seed=seed, scale=scale))
     before = parameters(built)

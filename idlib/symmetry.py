@@ -82,6 +82,10 @@ def _check_supported(config: AttentionConfig) -> None:
         raise NotImplementedError(
             "idlib.symmetry: the group action for qk_norm='whole' is not implemented here; "
             "idlib.implementations.whole_norm_action applies it")
+    if config.qk_norm.startswith("layernorm"):
+        raise NotImplementedError(
+            f"idlib.symmetry: the group action for qk_norm={config.qk_norm!r} is not implemented; "
+            "its count is checked against the measured rank of the real modules instead")
     if config.kv_latent is not None:
         raise NotImplementedError(
             "idlib.symmetry: the group action for kv_latent (latent K/V) is not implemented; "

@@ -68,7 +68,7 @@ BAD = [
     ("bad value after override", ["count", "--config", "tests/data/small_gqa.json", "--heads", "3"],
      "n_heads=3 must be divisible by n_kv_heads=2"),
     ("layer too large to measure", ["verify", "--config", "tests/data/gpt2.json"],
-     "more than --max-params=20000"),
+     "more than --max-params=70000"),
     ("bad seed", ["verify", "--d-model", "4", "--seed", "1.5"], "argument --seed: invalid integer '1.5'"),
     ("zero attempts", ["verify", "--d-model", "4", "--attempts", "0"], "--attempts=0 must be at least 1"),
     ("negative spread", ["verify", "--d-model", "4", "--spread-from", "-1"],

@@ -11,6 +11,7 @@ from idlib.counting import count
 from idlib.hf import FAMILIES, HARMLESS, approximation_note, config_from_file, config_from_hf, family_table
 
 DATA = Path(__file__).parent / "data"
+LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}
 
 # file -> the one attention layer it describes
 EXPECTED = {
@@ -245,6 +246,18 @@ def test_olmo2_whole_projection_qk_norm():
         count(wide)
 
 
+@pytest.mark.parametrize("data, qk_norm", [
+    ({**LLAMA, "model_type": "stablelm", "num_key_value_heads": 4, "qk_layernorm": True,
+      "partial_rotary_factor": 0.25}, "layernorm"),
+    ({**LLAMA, "model_type": "cohere", "use_qk_norm": True}, "layernorm"),
+    ({**LLAMA, "model_type": "phi", "qk_layernorm": True}, "layernorm_shared"),
+    ({**LLAMA, "model_type": "persimmon"}, "layernorm_shared"),
+    ({**LLAMA, "model_type": "persimmon", "qk_layernorm": False}, "none"),
+], ids=lambda x: x.get("model_type") if isinstance(x, dict) else x)
+def test_qk_layernorm_is_read(data, qk_norm):
+    assert config_from_hf(data).qk_norm == qk_norm
+
+
 def test_family_override():
     data = {"model_type": "my_llama", "hidden_size": 64, "num_attention_heads": 4, "rope_theta": 1e4}
     with pytest.raises(ConfigError, match=re.escape("model_type 'my_llama' is not a family the reader "
@@ -279,20 +292,12 @@ def test_refusals(name, message):
         config_from_file(DATA / name)
 
 
-LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}
-
-
 @pytest.mark.parametrize("data, message", [
     ({**LLAMA, "model_type": "bert", "position_embedding_type": "relative_key"},
      "field 'position_embedding_type'='relative_key': relative position scores are not represented"),
     ({**LLAMA, "model_type": "falcon", "alibi": True}, "ALiBi position biases are not represented"),
     ({**LLAMA, "model_type": "olmo", "clip_qkv": 8.0}, "field 'clip_qkv'=8.0 clamps q, k, v"),
     ({**LLAMA, "model_type": "olmoe", "clip_qkv": 8.0}, "field 'clip_qkv'=8.0 clamps q, k, v"),
-    ({**LLAMA, "model_type": "stablelm", "qk_layernorm": True},
-     "family 'stablelm' applies a LayerNorm (mean subtracted, with gain) to each head's q and k"),
-    ({**LLAMA, "model_type": "phi", "qk_layernorm": True}, "family 'phi' applies a LayerNorm"),
-    ({**LLAMA, "model_type": "persimmon"}, "family 'persimmon' applies a LayerNorm"),
-    ({**LLAMA, "model_type": "cohere", "use_qk_norm": True}, "family 'cohere' applies a LayerNorm"),
     ({**LLAMA, "model_type": "smollm3"}, "field 'no_rope_layers' mixes layers with and without RoPE"),
     ({**LLAMA, "attn_temperature": 2.0}, "field 'attn_temperature' is not read for this family and "
                                          "could change the attention function; it is refused"),

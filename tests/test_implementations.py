@@ -106,3 +106,15 @@ def test_gemma2_soft_capping_with_a_key_bias_on_the_real_module():
     c = impl.check("gemma2", d=8, H=2, G=2, k=4, bias=True)
     assert (c.config.softcap, c.config.bias) == (50.0, "qkvo")
     assert c.rank == c.identified == 240 and c.agrees
+
+
+@pytest.mark.parametrize("family, kw, qk_norm, identified", [
+    ("stablelm", dict(d=8, H=2, G=2, k=4, rope_fraction=0.5, bias=True), "layernorm", 218),
+    ("stablelm", dict(d=12, H=4, G=2, k=3, rope_fraction=2 / 3), "layernorm", 350),
+    ("phi", dict(d=8, H=2, G=2, k=4, rope_fraction=0.5, bias=True), "layernorm_shared", 219),
+    ("persimmon", dict(d=8, H=2, G=2, k=4, rope_fraction=0.5, bias=True), "layernorm_shared", 219),
+])
+def test_qk_layernorm_modules_agree(family, kw, qk_norm, identified):
+    """StableLM's per-head QK LayerNorm and Phi/Persimmon's shared one (gain and shift)."""
+    c = impl.check(family, qk_layernorm=True, **kw)
+    assert c.config.qk_norm == qk_norm and c.rank == c.identified == identified and c.agrees
