@@ -54,6 +54,12 @@
   // math written as plain text in prose and captions (k^2, W_Q): it should be $k^2$, $W_Q$
   scan(/(?<![\w^\\])[A-Za-z]\^(?:[0-9]|\{|[A-Za-z](?![A-Za-z]))|(?<![\w\\])[A-Za-z]_(?:\{|[A-Za-z0-9](?![A-Za-z0-9_]))/g,
        "raw_tex", "math as plain text", true);
+  // ... and Greek letters spelled out with an index (sigma_1, lambda^2), formulas in one-letter
+  // function notation (G(m+1), f(x-1)) and one-letter ratios (u/P; not I/O)
+  scan(/\b(?:alpha|beta|gamma|delta|epsilon|eps|kappa|lambda|mu|sigma|tau|theta|omega|rho|phi|pi)[_^][\w{]/g,
+       "raw_tex", "math as plain text", true);
+  scan(/(?<![\w\\])[A-Za-z]\((?:[a-z]\s*[-+*/]\s*[\w]+|[a-z],\s*[a-z])\)/g, "raw_tex", "math as plain text", true);
+  scan(/(?<![\w/\\])(?:[a-z]\/[A-Za-z]|[A-Z]\/[a-z])(?![\w/])/g, "raw_tex", "math as plain text", true);
   scan(/\?\?/g, "unresolved", "unresolved reference");
   scan(/\{(?:cite|numref|ref|eq|doc|term|download|math|prf:[a-z]+)(?::[a-z]+)?\}`?|:(?:prf:ref|cite(?::p|:t)?|numref|ref|eq|doc):`/g,
        "unresolved", "unresolved role");

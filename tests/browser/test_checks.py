@@ -37,3 +37,25 @@ def test_figure_font_size_read_from_the_cell_source():
     assert min_font_pt("plt.subplots(figsize=(10, 3.8))\nax.legend(fontsize=8)") == 8.0
     assert min_font_pt("ax.set_title('x', fontsize='small')") == FONT_PT * 0.833
     assert min_font_pt("batch_size=3; markersize=2; ms=1") == BASE_PT
+
+
+def test_audit_finds_math_written_as_plain_text(tmp_path):
+    """audit.js on a made-up page in the real browser: plain-text formulas in prose are raw_tex,
+    the same text in code literals and outputs is not."""
+    from conftest import AUDIT_JS, chromium_path
+    from playwright.sync_api import sync_playwright
+
+    page = tmp_path / "page.html"
+    page.write_text(
+        '<html><body><article class="bd-article"><section id="s">'
+        "<p>relative to sigma_1, the G(m+1) = 3 scale directions and the share u/P; k^2 - k.</p>"
+        "<p>Fine: <code>sigma_1</code>, G (the groups), and/or, I/O, a word(s).</p>"
+        '<div class="cell_output"><pre>sigma_1 = 1.0, G(m+1) = 3</pre></div>'
+        "</section></article></body></html>")
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
+        tab = b.new_page()
+        tab.goto(page.as_uri())
+        found = tab.evaluate(AUDIT_JS)["raw_tex"]
+        b.close()
+    assert sorted(m.split('"')[1] for m in found) == ["G(m+1)", "k^2", "sigma_1", "u/P"], found
