@@ -1,0 +1,81 @@
+"""Verification at d = 128, H = 16 (P = 65,536 parameters): the plain layer and three variants.
+
+    python benchmarks/verify_large.py          (what `make bench` runs first; ~25 minutes on 2 cores)
+
+Runs ``python -m idlib verify --d-model 128 --heads 16 [FLAG] --json`` for FLAG in
+``VARIANTS`` (grouped queries, full RoPE, all four biases), one subprocess each, and records the
+wall time, the child's own peak resident memory (``os.wait4``), the measured rank, the certified
+gap and the verdict in benchmarks/results/verify_large.json; the reproducibility page shows the
+table (``benchmarks/report.py``), and ``rank_speed.py`` takes the plain layer's run as the last
+point of its curve.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from environment import ROOT, environment  # noqa: E402
+
+LAYER = ("--d-model", "128", "--heads", "16")
+VARIANTS = ((), ("--kv-heads", "4"), ("--rope-fraction", "1"), ("--bias", "qkvo"))
+TARGETS = {"seconds_max": 600.0, "memory_gb_max": 16.0, "gap_min": 1e6}
+
+
+def verify(flags: tuple[str, ...]) -> dict:
+    """One ``idlib verify --json`` run: its report, wall seconds and peak RSS (GB) of that child."""
+    cmd = [sys.executable, "-m", "idlib", "verify", *LAYER, *flags, "--json"]
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - t0
+        code = os.waitstatus_to_exitcode(status)
+        proc.returncode = code
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if code not in (0, 1):
+        raise RuntimeError(f"{' '.join(cmd)} failed ({code}): {stderr.strip()[-2000:]}")
+    report = json.loads(stdout)
+    num = report["numerical"]
+    row = {"command": " ".join(["python", "-m", "idlib", "verify", *LAYER, *flags]),
+           "flags": " ".join(flags), "seconds": seconds, "max_rss_gb": usage.ru_maxrss / 1e6,
+           "n_params": num["n_params"], "n_rows": num["n_rows"], "rank": num["rank"],
+           "closed_form_identified": report["identified"], "unidentified": report["unidentified"],
+           "gap": num["gap"], "certified": num["certified"], "agrees": report["agrees"],
+           "exit_code": code}
+    row["met"] = bool(row["agrees"] and row["seconds"] <= TARGETS["seconds_max"]
+                      and row["max_rss_gb"] <= TARGETS["memory_gb_max"]
+                      and (row["gap"] is None or row["gap"] >= TARGETS["gap_min"]))
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(HERE / "results" / "verify_large.json"))
+    args = ap.parse_args(argv)
+    env = environment()
+    rows = []
+    for flags in VARIANTS:
+        print(f"python -m idlib verify {' '.join(LAYER + flags)} ...", flush=True)
+        r = verify(flags)
+        rows.append(r)
+        print(f"  {r['seconds']:.0f} s, {r['max_rss_gb']:.2f} GB, rank {r['rank']:,} of "
+              f"{r['n_params']:,}, gap {r['gap']:.2e}, agrees {r['agrees']}, targets met {r['met']}",
+              flush=True)
+    result = {"script": "benchmarks/verify_large.py", "environment": env, "targets": TARGETS,
+              "runs": rows, "met": all(r["met"] for r in rows)}
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}; targets met: {result['met']}", flush=True)
+    return 0 if result["met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
