@@ -1,6 +1,7 @@
 """Benchmark of the Jacobian-rank measurement: the straightforward route against idlib's, as a curve.
 
-    python benchmarks/rank_speed.py            (what `make bench` runs; ~20 minutes on 2 quiet cores)
+    python benchmarks/rank_speed.py            (what `make bench` runs after verify_large.py;
+                                               ~10 minutes on 2 quiet cores)
 
 1. Throughput of this machine in float64: a 2,000 x 2,000 GEMM and the singular values of a
    3,000 x 2,000 matrix (GFLOP/s, best of three); they draw the limit lines of the figure.
@@ -14,8 +15,10 @@
    Same parameters and inputs (idlib's seeded defaults).  A route stops when its next size is
    predicted (time ~ P^3 for the dense SVD, P^2.5 for the structured route, from its last run)
    to exceed ``--budget`` seconds; both always run P = 8,100 (the ratio's size).
-3. ``python -m idlib verify --d-model 128 --heads 16 --json`` (P = 65,536) as a subprocess: wall
-   time and peak resident memory; it is also the structured route's last point of the curve.
+3. ``python -m idlib verify --d-model 128 --heads 16 --json`` (P = 65,536): wall time and peak
+   resident memory, read from benchmarks/results/verify_large.json (``verify_large.py``, which
+   `make bench` runs first, with its three variants) or, without that file, run here; it is
+   also the structured route's last point of the curve.
 
 Writes benchmarks/results/rank_speed.json and four figures: rank_curve.png (time against P,
 log-log, with the throughput limits), rank_gap_curve.png (the dense gap and idlib's certified
@@ -170,6 +173,22 @@ def large_run(d: int, h: int) -> dict:
             "note": None}
 
 
+def recorded_large(path: Path) -> dict | None:
+    """The plain d = 128 run of verify_large.py's record (None if there is none)."""
+    if not path.exists():
+        return None
+    rec = json.loads(path.read_text())
+    row = next((r for r in rec["runs"] if not r["flags"]), None)
+    if row is None:
+        return None
+    return {"command": row["command"], "seconds": row["seconds"], "max_rss_gb": row["max_rss_gb"],
+            "max_rss_exact": True, "n_params": row["n_params"], "n_rows": row["n_rows"],
+            "rank": row["rank"], "gap": row["gap"], "certified": row["certified"],
+            "agrees": row["agrees"], "closed_form_identified": row["closed_form_identified"],
+            "exit_code": row["exit_code"], "note": f"recorded by {rec['script']} on "
+            f"{rec['environment']['date']}"}
+
+
 def curve(budget: float, sizes, tmp: Path, large: dict | None) -> list[dict]:
     points: list[dict] = []
     for route in ("straightforward", "idlib"):
@@ -316,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=600.0, help="seconds one route may take per size")
     ap.add_argument("--max-d", type=int, default=128, help="largest d_model of the curve")
     ap.add_argument("--no-large", action="store_true", help="skip the d = 128 verify run")
+    ap.add_argument("--large-from", default=str(HERE / "results" / "verify_large.json"),
+                    help="verify_large.py's record: its plain d = 128 run is taken, not rerun")
     ap.add_argument("--one", nargs=3, metavar=("ROUTE", "D", "H"), help=argparse.SUPPRESS)
     ap.add_argument("--sv-out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -334,8 +355,12 @@ def main(argv: list[str] | None = None) -> int:
     large = None
     sizes = [s for s in SIZES if s[0] <= args.max_d]
     if not args.no_large and LARGE in sizes:
-        print(f"python -m idlib verify --d-model {LARGE[0]} --heads {LARGE[1]} ...", flush=True)
-        large = large_run(*LARGE)
+        large = recorded_large(Path(args.large_from))
+        if large is None:
+            print(f"python -m idlib verify --d-model {LARGE[0]} --heads {LARGE[1]} ...", flush=True)
+            large = large_run(*LARGE)
+        else:
+            print(f"python -m idlib verify --d-model {LARGE[0]} --heads {LARGE[1]}: from {args.large_from}")
         print(f"  {large['seconds']:.1f} s, {large['max_rss_gb']:.2f} GB, rank {large['rank']:,}, gap "
               f"{large['gap'] if large['gap'] is None else format(large['gap'], '.2e')}, certified "
               f"{large['certified']}, agrees {large['agrees']}", flush=True)

@@ -68,7 +68,8 @@ biases).  In vec form, J = [(W^T (x) I) J_Z, I_d (x) Z'].  Two facts make it sma
   a relative margin ``SAFETY`` = 1e-6 for float64 rounding.  j = ceil(H v / 8), at most 4000 / (B n)
   (``coupled_directions``): W is square when H v = d, and its smallest singular values
   (~ sigma_max / d) are what the uncoupled bound below pays for.
-  Measured: the bound is 10-13x below the dense route's sigma_r at P = 1,024 and 4,096.
+  Measured: the bound is 7x and 9x below the dense route's sigma_r at P = 1,024 and 4,096
+  (``make bench`` records it at every size where both routes run).
 * Lower bound (uncoupled, also computed; the larger of the two is used).  Let S = (row space
   of K_1) (+) ... (+) (row space of K_G) (+) R^{P_O} (all output parameters), dim S = r.  By Courant--Fischer sigma_r(J) >= min_{x in S} ||J x|| / ||x||.
   For x = (p, y) (y = delta W') write y' = y + L p with L p = R^{-1} Q^T delta Z(p) W, the
@@ -119,9 +120,11 @@ unidentified count and j <= 4000 / (B n):
 Memory (float64): one group's block at a time, 3 x 8 B n m v P_g bytes; kept per group
 8 (B n j r_g + r_g^2) bytes; the lifted kernel, 3 x 8 P u; J V, 2 x 8 B n d u.  J itself
 (8 B n d P bytes, 60 GB at d = 128) is never formed.  Measured on this project's 2-core
-machine (``make bench`` records the figures in benchmarks/results/rank_speed.json): d = 64, H = 8
-(P = 16,384) in ~115 s of CPU time and 2.6 GB; the dense SVD of the 29,568 x 16,384 Jacobian would
-need ~4 x 29,568 x 16,384^2 = 3 x 10^13 flops.
+machine (``make bench`` records the figures in benchmarks/results/): d = 64, H = 8 (P = 16,384)
+in ~40 s and 2.5 GB, certified gap ~4e7; d = 128, H = 16 (P = 65,536) in ~6 minutes and 9.2 GB
+peak, certified gap 1.2e6 (verify_large.json, with grouped queries, full RoPE and all biases).
+The dense SVD of the 29,568 x 16,384 Jacobian would need ~4 x 29,568 x 16,384^2 = 3 x 10^13
+flops, that of the 116,480 x 65,536 one 2 x 10^15 (and 61 GB to hold it).
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ between an AMD and an Intel machine).  So the gap, and the certificate, re-execu
 Two routes (``measure(method=...)``): "dense" forms J and takes all its singular values;
 "structured" (:mod:`idlib.fastrank`) decides the rank from one small problem per key/value
 group and certifies a lower bound on the gap of J itself, without forming J (16,384
-parameters in about a minute, 65,536 in about five on 2 cores).  "auto" takes the dense route up to ``AUTO_DENSE_MAX_PARAMS``
+parameters in under a minute, 65,536 in about six on 2 cores).  "auto" takes the dense route up to ``AUTO_DENSE_MAX_PARAMS``
 parameters (so small layers keep their full spectrum) and the structured one above, falling
 back to dense when the structure does not apply or its bound cannot certify.
 

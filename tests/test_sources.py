@@ -71,3 +71,24 @@ def test_detects_a_formula_cut_by_a_list_marker():
 def test_no_inline_formula_is_cut_by_a_list_marker(path: Path):
     problems = [p for text in markdown_texts(path) for p in broken_inline_math(text)]
     assert not problems, f"{path.name}: a line starts a list item inside $...$:\n  " + "\n  ".join(problems)
+
+
+MAX_CODE_LINES = 25     # the style guide: a longer cell belongs in idlib
+NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
+
+
+def long_code_cells(nb: dict) -> list[tuple[int, int]]:
+    """(cell index, lines) of the code cells longer than MAX_CODE_LINES lines."""
+    return [(i, n) for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"
+            and (n := len("".join(c["source"]).splitlines())) > MAX_CODE_LINES]
+
+
+def test_long_code_cells_are_found():
+    cell = {"cell_type": "code", "source": ["x = 1\n"] * 26}
+    assert long_code_cells({"cells": [dict(cell, source=cell["source"][:25]), cell]}) == [(1, 26)]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_code_cells_are_short(path: Path):
+    long = long_code_cells(json.loads(path.read_text(encoding="utf-8")))
+    assert not long, f"{path.name}: code cells over {MAX_CODE_LINES} lines (cell, lines): {long}"
