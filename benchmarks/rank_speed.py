@@ -189,7 +189,21 @@ def recorded_large(path: Path) -> dict | None:
             f"{rec['environment']['date']}"}
 
 
-def curve(budget: float, sizes, tmp: Path, large: dict | None) -> list[dict]:
+MEMORY_GROWTH = 2.5     # peak memory ~ P^2.5 for the straightforward route (J alone ~ P^2)
+
+
+def available_gb() -> float:
+    """MemAvailable of /proc/meminfo in GB (inf where it cannot be read)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1e6
+    except OSError:
+        pass
+    return math.inf
+
+
+def curve(budget: float, sizes, tmp: Path, large: dict | None, stops: dict) -> list[dict]:
     points: list[dict] = []
     for route in ("straightforward", "idlib"):
         last, stopped = None, False
@@ -202,13 +216,24 @@ def curve(budget: float, sizes, tmp: Path, large: dict | None) -> list[dict]:
                                "certified": large["certified"], "n_rows": large["n_rows"]})
                 continue
             predicted = last["seconds"] * (P / last["n_params"]) ** GROWTH[route] if last else 0.0
-            if (stopped or predicted > budget) and (d, h) != RATIO_AT:   # the ratio's size always runs
+            memory = last["max_rss_gb"] * (P / last["n_params"]) ** MEMORY_GROWTH if last else 0.0
+            reason = (f"predicted over {budget:g} s" if predicted > budget else
+                      f"predicted {memory:.0f} GB, over 80% of the {available_gb():.0f} GB available"
+                      if memory > 0.8 * available_gb() else None)
+            if (stopped or reason) and (d, h) != RATIO_AT:   # the ratio's size always runs
                 if not stopped:
-                    print(f"  {route}: stop before P = {P:,} (predicted over {budget:g} s)", flush=True)
+                    print(f"  {route}: stop before P = {P:,} ({reason})", flush=True)
+                    stops[route] = f"stopped before P = {P:,}: {reason}"
                 stopped = True
                 continue
             sv_out = str(tmp / "sv.pt") if route == "straightforward" and (d, h) == SIDE_BY_SIDE else None
-            r = child(route, d, h, sv_out)
+            try:
+                r = child(route, d, h, sv_out)
+            except RuntimeError as e:          # e.g. killed for memory: the route ends here
+                print(f"  {route}: P = {P:,} failed, the route stops ({str(e)[-200:]})", flush=True)
+                stops[route] = f"failed at P = {P:,}"
+                stopped = True
+                continue
             last = dict(r, route=route, d=d, H=h, n_params=P,
                         closed_form_identified=count(AttentionConfig(d, h)).identified)
             points.append(last)
@@ -365,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{large['gap'] if large['gap'] is None else format(large['gap'], '.2e')}, certified "
               f"{large['certified']}, agrees {large['agrees']}", flush=True)
     print("the curve ...", flush=True)
-    points = curve(args.budget, sizes, tmp, large)
+    stops: dict[str, str] = {}
+    points = curve(args.budget, sizes, tmp, large, stops)
     sf8, id8 = _point(points, "straightforward", RATIO_AT), _point(points, "idlib", RATIO_AT)
     ratio = ({"n_params": sf8["n_params"], "straightforward_seconds": sf8["seconds"],
               "idlib_seconds": id8["seconds"], "ratio": sf8["seconds"] / id8["seconds"]}
@@ -379,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
                         and large["max_rss_gb"] <= TARGETS["large_memory_gb_max"] and large["agrees"]
                         and (large["gap"] is None or large["gap"] >= TARGETS["large_gap_min"]))
     result = {"script": "benchmarks/rank_speed.py", "environment": env, "targets": TARGETS,
-              "throughput": tp, "budget_seconds": args.budget, "curve": points,
+              "throughput": tp, "budget_seconds": args.budget, "curve": points, "stops": stops,
               "ratio_at_8100": ratio, "small": small, "large": large, "met": met}
     (out / "rank_speed.json").write_text(json.dumps(result, indent=2) + "\n")
     figures(result, sv, out)

@@ -171,6 +171,8 @@ def _curve_md(b: dict) -> list[str]:
              f"(straightforward {top['straightforward']:,}, idlib {top['idlib']:,}); measured float64 "
              f"throughput of this machine: GEMM {tp['gemm_gflops']:.0f} GFLOP/s, SVD "
              f"{tp['svd_gflops']:.1f} GFLOP/s."]
+    for route, why in (b.get("stops") or {}).items():
+        lines[-1] += f" The {route} route {why}."
     if r:
         lines[-1] += (f" At **P = {r['n_params']:,}** the straightforward route took "
                       f"{r['straightforward_seconds']:.1f} s and idlib {r['idlib_seconds']:.1f} s: "
