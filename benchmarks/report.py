@@ -124,7 +124,8 @@ def benchmark_md(path: Path) -> str:
         f"{_gap(fast['gap'])} (lower bound) | {'yes' if fast['certified'] else 'no'} |", "",
         f"Speed-up **{s['speedup']:.1f}x** (target at least {t['speedup_min']:g}x); same rank: "
         f"{'yes' if s['same_rank'] else 'NO'}. The straightforward route's gap is "
-        "sigma_r / max(sigma_(r+1), tau) from the singular values that `matrix_rank` thresholds at tau "
+        "$\\sigma_r / \\max(\\sigma_{r+1}, \\tau)$ from the singular values that `matrix_rank` "
+        "thresholds at $\\tau$ "
         "(computed once more, not timed); idlib's is its certified lower bound for the same ratio.", "",
         f"**{L['n_params']:,} parameters**: `{L['command']}` took **{L['seconds']:.1f} s** wall "
         f"(target {t['large_seconds_max']:g} s) and at most **{L['max_rss_gb']:.2f} GB** resident "
