@@ -271,7 +271,7 @@ def figures(result: dict, sv: torch.Tensor | None, out: Path) -> None:
               lw=1, label=f"dense SVD flops at GEMM speed, {tp['gemm_gflops']:.0f} GFLOP/s (limit)")
     ax.set_xlabel("parameters $P$")
     ax.set_ylabel("seconds")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=9, loc="upper left")
     fig.tight_layout()
     fig.savefig(out / "rank_curve.png", dpi=120, metadata={"Software": None})
     plt.close(fig)
@@ -286,7 +286,7 @@ def figures(result: dict, sv: torch.Tensor | None, out: Path) -> None:
     ax.axhline(TARGETS["large_gap_min"], color=COLORS["closed_form"], ls=":", lw=1, label="$10^6$")
     ax.set_xlabel("parameters $P$")
     ax.set_ylabel(r"gap $\gamma = \sigma_r / \max(\sigma_{r+1}, \tau)$")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=9)
     fig.tight_layout()
     fig.savefig(out / "rank_gap_curve.png", dpi=120, metadata={"Software": None})
     plt.close(fig)
@@ -364,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="verify_large.py's record: its plain d = 128 run is taken, not rerun")
     ap.add_argument("--one", nargs=3, metavar=("ROUTE", "D", "H"), help=argparse.SUPPRESS)
     ap.add_argument("--sv-out", help=argparse.SUPPRESS)
+    ap.add_argument("--figures-only", action="store_true",
+                    help="redraw the figures from the JSON already in --out (no measurement)")
     args = ap.parse_args(argv)
     if args.one:
         route, d, h = args.one
@@ -372,6 +374,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tmp = ROOT / "_build" / "bench"
+    if args.figures_only:
+        sv_path = tmp / "sv.pt"
+        figures(json.loads((out / "rank_speed.json").read_text()),
+                torch.load(sv_path) if sv_path.exists() else None, out)
+        return 0
     tmp.mkdir(parents=True, exist_ok=True)
     env = environment()
     print("float64 throughput ...", flush=True)
