@@ -42,6 +42,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from environment import ROOT, environment  # noqa: E402
+import verify_large  # noqa: E402
 
 from idlib.attention import flatten, forward, init_params, random_inputs, unflatten  # noqa: E402
 from idlib.certify import CERTIFY_GAP, rank_from_singular_values  # noqa: E402
@@ -54,8 +55,10 @@ SIZES = ((16, 2), (24, 3), (32, 4), (45, 5), (64, 8), (90, 10), (128, 16))
 SIDE_BY_SIDE = (32, 4)          # rank_speed.png / rank_certificate.png
 RATIO_AT = (45, 5)              # the ratio the reproducibility page states (goal >= 20x)
 LARGE = (128, 16)               # the verify run
-TARGETS = {"speedup_min": 4.0, "ratio_8100_min": 20.0, "large_seconds_max": 600.0,
-           "large_memory_gb_max": 16.0, "large_gap_min": 1e6}
+TARGETS = {"speedup_min": 4.0, "ratio_8100_min": 20.0,
+           "large_seconds_max": verify_large.TARGETS["seconds_max"],
+           "large_memory_gb_max": verify_large.TARGETS["memory_gb_max"],
+           "large_gap_min": verify_large.TARGETS["gap_min"]}
 GROWTH = {"straightforward": 3.0, "idlib": 2.5}     # time ~ P^growth, to predict the next size
 
 
@@ -154,39 +157,14 @@ def dense_rows(config: AttentionConfig) -> int:
     return default_n_sequences(config, n) * n * config.d_model
 
 
-def large_run(d: int, h: int) -> dict:
-    cmd = [sys.executable, "-m", "idlib", "verify", "--d-model", str(d), "--heads", str(h), "--json"]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    seconds = time.perf_counter() - t0
-    rss_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    if proc.returncode not in (0, 1):
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
-    report = json.loads(proc.stdout)
-    num = report["numerical"]
-    return {"command": " ".join(["python", "-m"] + cmd[2:]), "seconds": seconds,
-            "max_rss_gb": max(rss_kb, before) / 1e6, "max_rss_exact": rss_kb > before,
-            "n_params": num["n_params"], "n_rows": num["n_rows"], "rank": num["rank"],
-            "gap": num["gap"], "certified": num["certified"], "agrees": report["agrees"],
-            "closed_form_identified": report["identified"], "exit_code": proc.returncode,
-            "note": None}
-
-
 def recorded_large(path: Path) -> dict | None:
     """The plain d = 128 run of verify_large.py's record (None if there is none)."""
     if not path.exists():
         return None
     rec = json.loads(path.read_text())
     row = next((r for r in rec["runs"] if not r["flags"]), None)
-    if row is None:
-        return None
-    return {"command": row["command"], "seconds": row["seconds"], "max_rss_gb": row["max_rss_gb"],
-            "max_rss_exact": True, "n_params": row["n_params"], "n_rows": row["n_rows"],
-            "rank": row["rank"], "gap": row["gap"], "certified": row["certified"],
-            "agrees": row["agrees"], "closed_form_identified": row["closed_form_identified"],
-            "exit_code": row["exit_code"], "note": f"recorded by {rec['script']} on "
-            f"{rec['environment']['date']}"}
+    return None if row is None else dict(
+        row, note=f"recorded by {rec['script']} on {rec['environment']['date']}")
 
 
 MEMORY_GROWTH = 2.5     # peak memory ~ P^2.5 for the straightforward route (J alone ~ P^2)
@@ -390,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         large = recorded_large(Path(args.large_from))
         if large is None:
             print(f"python -m idlib verify --d-model {LARGE[0]} --heads {LARGE[1]} ...", flush=True)
-            large = large_run(*LARGE)
+            large = dict(verify_large.verify(()), note=None)
         else:
             print(f"python -m idlib verify --d-model {LARGE[0]} --heads {LARGE[1]}: from {args.large_from}")
         print(f"  {large['seconds']:.1f} s, {large['max_rss_gb']:.2f} GB, rank {large['rank']:,}, gap "
@@ -408,9 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     sv = torch.load(sv_path) if small is not None and sv_path.exists() else None
     met = {"ratio": ratio is not None and ratio["ratio"] >= TARGETS["ratio_8100_min"]}
     if large is not None:
-        met["large"] = (large["seconds"] <= TARGETS["large_seconds_max"] and large["certified"]
-                        and large["max_rss_gb"] <= TARGETS["large_memory_gb_max"] and large["agrees"]
-                        and (large["gap"] is None or large["gap"] >= TARGETS["large_gap_min"]))
+        met["large"] = large["met"]
     result = {"script": "benchmarks/rank_speed.py", "environment": env, "targets": TARGETS,
               "throughput": tp, "budget_seconds": args.budget, "curve": points, "stops": stops,
               "ratio_at_8100": ratio, "small": small, "large": large, "met": met}

@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from environment import ROOT, environment  # noqa: E402
+from verify_large import layer_name  # noqa: E402
 
 PROFILES = ("default", "full")
 MADE_BY = {"default": "`make book` (part of `make test`)", "full": "`make reproduce`"}
@@ -139,10 +140,6 @@ def benchmark_md(path: Path) -> str:
     return "\n".join(lines)
 
 
-LAYER_NAMES = {"": "multi-head", "--kv-heads 4": "4 key/value groups",
-               "--rope-fraction 1": "full RoPE", "--bias qkvo": "biases q, k, v, o"}
-
-
 def _verify_large_md(path: Path) -> list[str]:
     """The table of benchmarks/verify_large.py's runs at d = 128, H = 16, when recorded."""
     v = _load(path)
@@ -159,7 +156,7 @@ def _verify_large_md(path: Path) -> list[str]:
              "peak GB | verdict |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in v["runs"]:
-        lines.append(f"| {LAYER_NAMES.get(r['flags'], r['flags'])} | {r['n_params']:,} | "
+        lines.append(f"| {layer_name(r['flags'])} | {r['n_params']:,} | "
                      f"{r['n_rows']:,} | {r['rank']:,} | {r['closed_form_identified']:,} | "
                      f"{_gap(r['gap'])} | {r['seconds']:.0f} | {r['max_rss_gb']:.1f} | "
                      f"{'AGREES' if r['agrees'] else 'DISAGREES'}{'' if r['met'] else ' (target missed)'} |")

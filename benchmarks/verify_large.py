@@ -25,8 +25,14 @@ sys.path.insert(0, str(HERE))
 from environment import ROOT, environment  # noqa: E402
 
 LAYER = ("--d-model", "128", "--heads", "16")
-VARIANTS = ((), ("--kv-heads", "4"), ("--rope-fraction", "1"), ("--bias", "qkvo"))
+VARIANTS = {(): "multi-head", ("--kv-heads", "4"): "4 key/value groups",
+            ("--rope-fraction", "1"): "full RoPE", ("--bias", "qkvo"): "biases q, k, v, o"}
 TARGETS = {"seconds_max": 600.0, "memory_gb_max": 16.0, "gap_min": 1e6}
+
+
+def layer_name(flags: str) -> str:
+    """The table's name of a run recorded with these flags ("--kv-heads 4" -> "4 key/value groups")."""
+    return {" ".join(k): v for k, v in VARIANTS.items()}.get(flags, flags)
 
 
 def verify(flags: tuple[str, ...]) -> dict:
