@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from .config import AttentionConfig
+from .config import AttentionConfig, LatentAttentionConfig
 
 DTYPE = torch.float64
 Params = dict[str, torch.Tensor]
@@ -69,8 +69,32 @@ def param_shapes(config: AttentionConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def n_params(config: AttentionConfig) -> int:
-    return sum(math.prod(s) for s in param_shapes(config).values())
+def latent_param_shapes(config: LatentAttentionConfig) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of the parameters of multi-head latent attention (idlib.config), named as
+    in ``transformers``' DeepseekV3Attention: q_a_proj, q_a_layernorm, q_b_proj (or q_proj without a
+    query latent), kv_a_proj_with_mqa (latent and RoPE key), kv_a_layernorm, kv_b_proj (keys and
+    values, per head), o_proj; biases on q_a_proj, kv_a_proj_with_mqa and o_proj with ``bias``."""
+    d, H, C, CQ = config.d_model, config.n_heads, config.kv_latent, config.q_latent
+    n, p, v = config.nope_dim, config.rope_dim, config.value_dim
+    shapes: dict[str, tuple[int, ...]] = {}
+    if CQ is None:
+        shapes["q_proj.weight"] = (H * (n + p), d)
+    else:
+        shapes.update({"q_a_proj.weight": (CQ, d), "q_a_layernorm.weight": (CQ,),
+                       "q_b_proj.weight": (H * (n + p), CQ)})
+    shapes.update({"kv_a_proj_with_mqa.weight": (C + p, d), "kv_a_layernorm.weight": (C,),
+                   "kv_b_proj.weight": (H * (n + v), C), "o_proj.weight": (d, H * v)})
+    if config.bias:
+        shapes.update({"kv_a_proj_with_mqa.bias": (C + p,), "o_proj.bias": (d,)})
+        if CQ is not None:
+            shapes["q_a_proj.bias"] = (CQ,)
+    return shapes
+
+
+def n_params(config: AttentionConfig | LatentAttentionConfig) -> int:
+    shapes = latent_param_shapes(config) if isinstance(config, LatentAttentionConfig) else \
+        param_shapes(config)
+    return sum(math.prod(s) for s in shapes.values())
 
 
 def init_params(config: AttentionConfig, seed: int = 0) -> Params:

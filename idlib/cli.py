@@ -21,10 +21,11 @@ from typing import Any, NoReturn, Sequence
 from .attention import n_params
 from . import implementations
 from .certify import CERTIFY_GAP, check, format_gap
-from .config import MAX_SEED, AttentionConfig, ConfigError, check_fields, read_json, show
+from .config import (MAX_SEED, AttentionConfig, ConfigError, LatentAttentionConfig, check_fields,
+                     read_json, show)
 from .counting import count
 from .fastrank import applicable
-from .hf import HF_MARKERS, approximation_note, attention_fields_from_hf
+from .hf import attention_fields_from_hf, is_hf, is_latent, latent_fields_from_hf
 from .rank import (AUTO_DENSE_MAX_PARAMS, DENSE_FALLBACK_MAX_PARAMS, default_n_sequences,
                    default_seq_len, measure_until_certified)
 from .studies.census import census_rows, format_census
@@ -188,24 +189,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 # -- building the config -------------------------------------------------------------------
 
-def file_fields(path: str, family: str | None = None) -> dict[str, Any]:
-    """The AttentionConfig fields a config file sets explicitly (the file is read once).
+def file_layer(path: str, family: str | None = None) -> dict[str, Any] | LatentAttentionConfig:
+    """What a config file says (the file is read once): the AttentionConfig fields it sets
+    explicitly, or the whole layer when it is multi-head latent attention (DeepSeek).
 
-    A Hugging Face config (``family`` names its family when its model_type is unknown) that is
-    refused but has an approximation (``idlib.hf``) is counted approximately, with a note on stderr.
+    ``family`` names the family of a Hugging Face config whose model_type is unknown.
     """
     data, name = read_json(path)
-    if not (isinstance(data, dict) and (family is not None or any(k in data for k in HF_MARKERS))):
+    if not is_hf(data, family):
         return check_fields(data, name)
-    note = approximation_note(data, family)
     try:
-        try:
-            fields_ = attention_fields_from_hf(data, name, family=family)
-        except ConfigError:
-            if note is None:
-                raise
-            print(f"{PROG}: note: {name} is counted approximately: {note}", file=sys.stderr)
-            fields_ = attention_fields_from_hf(data, name, approximate=True, family=family)
+        if is_latent(data, name, family):
+            return LatentAttentionConfig(**latent_fields_from_hf(data, name, family))
+        fields_ = attention_fields_from_hf(data, name, family=family)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         if isinstance(e, ConfigError):
             raise
@@ -214,15 +210,19 @@ def file_fields(path: str, family: str | None = None) -> dict[str, Any]:
     return {k: v for k, v in fields_.items() if v is not None}
 
 
-def config_from_args(args: argparse.Namespace) -> AttentionConfig:
+def config_from_args(args: argparse.Namespace) -> AttentionConfig | LatentAttentionConfig:
     """The layer the arguments describe (raises ConfigError / UsageError on bad input)."""
     if args.family is not None and args.config is None:
         raise UsageError("--family names the family of a --config file; give --config FILE")
-    values = {} if args.config is None else file_fields(args.config, args.family)
-    for name in FLAG_OF:
-        value = getattr(args, name)
-        if value is not None:
-            values[name] = value
+    values = {} if args.config is None else file_layer(args.config, args.family)
+    given = [name for name in FLAG_OF if getattr(args, name) is not None]
+    if isinstance(values, LatentAttentionConfig):
+        if given:
+            raise UsageError(f"{FLAG_OF[given[0]]} cannot change a multi-head latent attention layer "
+                             "(its fields are not AttentionConfig's); edit the config file")
+        return values
+    for name in given:
+        values[name] = getattr(args, name)
     if isinstance(values.get("bias"), str) and values["bias"].strip().lower() in ("none", "-"):
         values["bias"] = ""
     if "d_model" not in values:
@@ -313,9 +313,9 @@ def verify_report(config: AttentionConfig, seed: int, attempts: int = 1,
     return out
 
 
-def _config_line(config: AttentionConfig) -> str:
+def _config_line(config: AttentionConfig | LatentAttentionConfig) -> str:
     d = config.to_dict()
-    return "AttentionConfig(" + ", ".join(f"{k}={v!r}" for k, v in d.items()) + ")"
+    return type(config).__name__ + "(" + ", ".join(f"{k}={v!r}" for k, v in d.items()) + ")"
 
 
 def format_count(report: dict[str, Any]) -> str:
@@ -405,6 +405,9 @@ def run(args: argparse.Namespace) -> int:
               _config_line(config) + "\n" + format_count(report))
         return 0
     count(config)                     # a layer whose count is not derived: refused before measuring
+    if isinstance(config, LatentAttentionConfig):
+        raise UsageError("multi-head latent attention is measured on its transformers module: "
+                         "add --implementation transformers")
     check_verify_args(args, config)
     report = verify_report(config, args.seed, args.attempts, args.spread_from)
     print(json.dumps(report, allow_nan=False) if args.json else

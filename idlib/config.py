@@ -306,3 +306,69 @@ def read_json(source: str | os.PathLike) -> tuple[Any, str]:
         ) from None
     except RecursionError:
         raise ConfigError(f"config file {name!r}: JSON nested too deeply") from None
+
+
+# -- multi-head latent attention (DeepSeek V2, V3) -------------------------------------------
+
+def _even(name: str, value: Any) -> int:
+    value = _integer(name, value)
+    if value % 2:
+        raise ConfigError(f"{name}={value} must be even (RoPE rotates pairs of dimensions)")
+    return value
+
+
+def _optional_integer(name: str, value: Any) -> int | None:
+    return None if value is None else _integer(name, value)
+
+
+LATENT_RULES: dict[str, Check] = {
+    "d_model": _integer, "n_heads": _integer, "kv_latent": _integer, "nope_dim": _integer,
+    "rope_dim": _even, "value_dim": _integer, "q_latent": _optional_integer, "rope_base": _base,
+    "bias": _boolean, "causal": _boolean,
+}
+
+
+@dataclass(frozen=True)
+class LatentAttentionConfig:
+    """Multi-head latent attention (DeepSeek V2, V3; ``transformers``' DeepseekV3Attention).
+
+    With u = rms(x W_DQ + b_DQ) g_DQ (C_Q = ``q_latent`` dims; without a query latent u = x) and
+    c = rms(x W_DKV + b_DKV) g_DKV (C = ``kv_latent`` dims), head h reads
+    q^h = [u W_UQ^h, R(t) u W_QR^h] (n = ``nope_dim`` and p = ``rope_dim`` dims),
+    k^h = [c W_UK^h, R(s) (x W_KR + b_KR)] (the RoPE key is shared by all heads),
+    v^h = c W_UV^h (``value_dim``), and the output is sum_h softmax(q^h k^h / sqrt(n + p)) v^h W_O^h
+    + b_O.  ``bias`` is ``attention_bias``: b_DQ, b_DKV, b_KR and b_O (the up projections have none).
+    """
+
+    d_model: int
+    n_heads: int
+    kv_latent: int
+    nope_dim: int
+    rope_dim: int
+    value_dim: int
+    q_latent: int | None = None
+    rope_base: float = 10000.0
+    bias: bool = False
+    causal: bool = True
+
+    def __post_init__(self) -> None:
+        for name, check in LATENT_RULES.items():
+            object.__setattr__(self, name, check(name, plain(getattr(self, name))))
+
+    @property
+    def query_input(self) -> int:
+        """Width a_Q of what the query up projections read: q_latent, or d_model without one."""
+        return self.d_model if self.q_latent is None else self.q_latent
+
+    def rope_head(self) -> AttentionConfig:
+        """The RoPE parts as a layer of their own: one fully rotary head of rope_dim dims (its
+        rotations, frequencies and classes are those of every head's RoPE query and the key)."""
+        return AttentionConfig(d_model=self.rope_dim, n_heads=1, rope_fraction=1.0,
+                               rope_base=self.rope_base)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def replace(self, **changes: Any) -> "LatentAttentionConfig":
+        """A copy with some fields changed (validated again)."""
+        return LatentAttentionConfig(**(self.to_dict() | changes))

@@ -36,6 +36,13 @@ Chapter 9 (``09_implementations``):
   are identified; gains: ``gain_fiber`` per key/value group (g_Q of its m heads against g_K).
 * Soft-capped scores (softcap): c tanh(s / c) sees row constants, so the key bias is
   identified (its fixed dims no longer unidentified); nothing else changes (k <= d_in).
+* Multi-head latent attention (``LatentAttentionConfig``, DeepSeek; ``count_latent``): each
+  normalised latent (width C_Q or C) forgets the scale of its down projection and any rotation
+  of it, and its gain is absorbed by the up projection: 1 + C (C - 1) / 2 + C per latent
+  (the group R_+ x O(C) x R_+^C).  Per head GL(n) on the no-RoPE query/key parts and GL(v) on
+  value/output: H (n^2 + v^2).  The RoPE parts: the commutant of the rotations, once, since the
+  RoPE key is shared by all heads (p with distinct frequencies).  The biases are identified but
+  for the RoPE key bias's dims fixed by every rotation.
 
 Rotation classes (``layer_classes``): planes whose offset-1 rotations agree up to conjugation
 (within ROTATION_TOL) form one class.  Explicit frequencies are sorted (O(P log P), P planes);
@@ -54,7 +61,7 @@ from dataclasses import dataclass
 import torch
 
 from .attention import rope_frequencies
-from .config import AttentionConfig, ConfigError
+from .config import AttentionConfig, ConfigError, LatentAttentionConfig
 
 ROTATION_TOL = 1e-9             # two rotations are one class when |e^{i theta} - e^{i theta'}| < this
 MAX_TABULATED_PLANES = 1 << 22  # frequencies held as a tensor (explicit, or a base below 1)
@@ -77,7 +84,7 @@ class ComponentCount:
 class Count:
     """The closed-form count of one configuration."""
 
-    config: AttentionConfig
+    config: AttentionConfig | LatentAttentionConfig
     components: tuple[ComponentCount, ...]
 
     @property
@@ -372,12 +379,16 @@ def latent_fiber(d_in: int, C: int, N: int, latent_norm: bool) -> tuple[int, int
     return d_in, d_in * C, C - d_in
 
 
-def count(config: AttentionConfig, frequencies: torch.Tensor | list[float] | None = None) -> Count:
+def count(config: AttentionConfig | LatentAttentionConfig,
+          frequencies: torch.Tensor | list[float] | None = None) -> Count:
     """Total, identified and unidentified parameters of one layer (or stack), by component.
 
     ``frequencies``: RoPE angles per plane instead of the standard base^(-2i/r) (rotary_dim / 2
-    of them).  A layer whose count is not derived is refused (``check_derived``).
+    of them).  A layer whose count is not derived is refused (``check_derived``).  A latent
+    attention layer is counted by :func:`count_latent`.
     """
+    if isinstance(config, LatentAttentionConfig):
+        return count_latent(config, frequencies)
     check_derived(config)
     d, H, G, m = config.d_model, config.n_heads, config.n_kv_heads, config.group_size
     k, v, r = config.head_dim, config.value_dim, config.rotary_dim
@@ -466,3 +477,65 @@ def count(config: AttentionConfig, frequencies: torch.Tensor | list[float] | Non
 def unidentified_ratio_mha(n_heads: int) -> float:
     """The paper's share for plain multi-head attention with head_dim = value_dim = d/H: 1/(2H)."""
     return 1.0 / (2 * n_heads)
+
+
+# -- multi-head latent attention (chapter 9) ------------------------------------------------
+
+def check_derived_latent(config: LatentAttentionConfig) -> None:
+    """Refuse (ConfigError naming the rule) a latent layer outside the derivation of count_latent:
+    each latent 2 <= C <= d_model and read whole by its up projections (C_Q <= H (n + p),
+    C <= H (n + v)); the heads no wider than what they read (n <= min(a_Q, C), v <= min(d, C),
+    p <= min(a_Q, d), a_Q = q_latent or d_model)."""
+    d, H, C, CQ = config.d_model, config.n_heads, config.kv_latent, config.q_latent
+    n, p, v, a = config.nope_dim, config.rope_dim, config.value_dim, config.query_input
+    for name, width, readers in (("kv_latent", C, H * (n + v)), ("q_latent", CQ, H * (n + p))):
+        if width is None:
+            continue
+        if not 2 <= width <= d:
+            raise ConfigError(f"{name}={width} must be in 2..d_model={d} (the count for a latent "
+                              "wider than the model, or of one dimension, is not derived)")
+        if width > readers:
+            raise ConfigError(f"{name}={width} must be at most the {readers} dims its up "
+                              "projections write (the count for a latent they cannot all see is "
+                              "not derived)")
+    for name, width, limit, what in (("nope_dim", n, min(a, C), "the query input and kv_latent"),
+                                     ("value_dim", v, min(d, C), "d_model and kv_latent"),
+                                     ("rope_dim", p, min(a, d), "the query input and d_model")):
+        if width > limit:
+            raise ConfigError(f"{name}={width} must be at most {limit} ({what}): the count for a "
+                              "head wider than what it reads is not derived")
+
+
+def latent_rope_classes(config: LatentAttentionConfig,
+                        frequencies: torch.Tensor | list[float] | None = None) -> Classes:
+    """The rotation classes of the RoPE parts: a fully rotary head of rope_dim dims."""
+    return layer_classes(config.rope_head(), frequencies)
+
+
+def count_latent(config: LatentAttentionConfig,
+                 frequencies: torch.Tensor | list[float] | None = None) -> Count:
+    """The closed form of multi-head latent attention (see the module docstring), by component.
+
+    latent (C_Q, C): d C + C parameters (down projection and gain), 1 + C (C - 1) / 2 + C
+    unidentified; qk: H n (a_Q + C), H n^2; rope: H p a_Q + d p, the RoPE commutant (p with
+    distinct frequencies); vo: H v (C + d), H v^2; biases (``bias``): b_DQ, b_DKV, b_O
+    identified, b_KR unidentified in its dims fixed by every rotation.
+    """
+    check_derived_latent(config)
+    d, H, C, CQ = config.d_model, config.n_heads, config.kv_latent, config.q_latent
+    n, p, v, a = config.nope_dim, config.rope_dim, config.value_dim, config.query_input
+    classes = latent_rope_classes(config, frequencies)
+    normalised = lambda width: 1 + width * (width - 1) // 2 + width  # noqa: E731 (R_+ x O x gains)
+    comps = []
+    if CQ is not None:
+        comps.append(ComponentCount("q_latent", d * CQ + CQ, normalised(CQ)))
+    comps += [ComponentCount("kv_latent", d * C + C, normalised(C)),
+              ComponentCount("qk", H * n * (a + C), H * n * n),
+              ComponentCount("rope", H * p * a + d * p, _commutant(classes)),
+              ComponentCount("vo", H * v * (C + d), H * v * v)]
+    if config.bias:
+        if CQ is not None:
+            comps.append(ComponentCount("b_DQ", CQ, 0))
+        comps += [ComponentCount("b_DKV", C, 0), ComponentCount("b_KR", p, classes[1]),
+                  ComponentCount("b_O", d, 0)]
+    return Count(config, tuple(comps))

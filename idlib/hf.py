@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import AttentionConfig, ConfigError, read_json
+from .config import AttentionConfig, ConfigError, LatentAttentionConfig, read_json
 from .counting import count
 
 
@@ -38,7 +38,7 @@ class Family:
     head_dim_default: int | None = None     # head_dim when absent (None: hidden / heads)
     rope_fraction: float = 1.0              # partial_rotary_factor when absent
     rope_theta: float = 10000.0             # rope_theta when absent
-    qk_norm: str = "none"                   # "none" | "gain" | refusal reason (see QK_NORM_RULES)
+    qk_norm: str = "none"                   # an AttentionConfig qk_norm, or "latent" (MLA)
     causal: bool = True
     softcap: float | None = None            # attn_logit_softcapping when absent
     reads: tuple[str, ...] = ()             # family-specific fields it reads (beyond the common ones)
@@ -47,6 +47,8 @@ class Family:
 
 
 _LLAMA_BIAS = (("attention_bias", "qkvo", False),)
+LATENT_READS = ("attention_bias", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                "v_head_dim", "qk_head_dim")
 FAMILIES: dict[str, Family] = {
     "llama": Family(bias_flags=_LLAMA_BIAS),
     "mistral": Family(kv_default=8),
@@ -94,11 +96,10 @@ FAMILIES: dict[str, Family] = {
                   rope_fraction=0.5, partial=True, note="attention_bias switches q, k, v; o is never biased"),
     "glm4": Family(bias_flags=(("attention_bias", "qkv", True),), kv_default=2, head_dim_default=128,
                    rope_fraction=0.5, partial=True, note="as GLM"),
-    "deepseek_v2": Family(qk_norm="latent", reads=("attention_bias", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
-                                                   "qk_rope_head_dim", "v_head_dim", "qk_head_dim")),
-    "deepseek_v3": Family(kv_default=128, qk_norm="latent",
-                          reads=("attention_bias", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
-                                 "v_head_dim", "qk_head_dim", "rope_interleave")),
+    "deepseek_v2": Family(qk_norm="latent", reads=LATENT_READS,
+                          note="multi-head latent attention (idlib.config.LatentAttentionConfig)"),
+    "deepseek_v3": Family(kv_default=128, qk_norm="latent", reads=LATENT_READS + ("rope_interleave",),
+                          note="multi-head latent attention (idlib.config.LatentAttentionConfig)"),
     "gpt2": Family(positions="learned", bias="qkvo",
                    reads=("scale_attn_weights", "scale_attn_by_inverse_layer_idx",
                           "reorder_and_upcast_attn")),
@@ -126,10 +127,9 @@ TEXT_ALIASES = {"gemma3": "gemma3_text", "qwen2_vl": "qwen2_vl_text", "qwen2_5_v
 # families whose QK LayerNorm is one nn.LayerNorm(head_dim) (gain and shift) shared by the heads;
 # StableLM and Cohere normalise each head with its own gains and no shift ("layernorm")
 LAYERNORM_SHARED = ("phi", "persimmon")
-QK_NORM_RULES = {
-    "latent": "multi-head latent attention: keys' no-RoPE part and values come from a normalised "
-              "kv_lora_rank-dim latent, plus a decoupled RoPE key shared by all heads",
-}
+# DeepseekV2Config / DeepseekV3Config defaults (transformers 5.23) of the latent fields
+LATENT_DEFAULTS = {"kv_lora_rank": 512, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+                   "qk_rope_head_dim": 64, "v_head_dim": 128}
 
 # fields every family reads (sizes, positions, the common flags)
 COMMON_READS = ("model_type", "hidden_size", "n_embd", "d_model", "num_attention_heads", "n_head",
@@ -299,7 +299,7 @@ def _check_unread(text: dict[str, Any], fam: Family, name: str) -> None:
                           "attention function; it is refused, never ignored")
 
 
-def _refusals(text: dict[str, Any], fam: Family, family: str, name: str, qk_norm: str) -> None:
+def _refusals(text: dict[str, Any], fam: Family, family: str, name: str) -> None:
     pos = str(text.get("position_embedding_type") or "absolute").lower()
     if text.get("alibi") or pos == "alibi":
         raise ConfigError(f"{name}: ALiBi position biases are not represented by AttentionConfig")
@@ -309,9 +309,6 @@ def _refusals(text: dict[str, Any], fam: Family, family: str, name: str, qk_norm
     if text.get("clip_qkv") is not None:
         raise ConfigError(f"{name}: field 'clip_qkv'={text['clip_qkv']!r} clamps q, k, v; the count "
                           "of a clipped layer is not derived")
-    if qk_norm in QK_NORM_RULES:
-        raise ConfigError(f"{name}: family {family!r} {QK_NORM_RULES[qk_norm]}; this attention is not "
-                          "represented by AttentionConfig")
     layers = text.get("no_rope_layers")
     if family == "smollm3" and layers is None:
         layers = [1, 1, 1, 0]          # SmolLM3Config's default: every 4th layer without RoPE
@@ -355,17 +352,17 @@ def _kv_heads(text: dict[str, Any], fam: Family, family: str, n_heads: int, name
     return _integer(name, "num_key_value_heads", n_kv)
 
 
-def attention_fields_from_hf(data: Any, name: str = "config", approximate: bool = False,
-                             family: str | None = None) -> dict[str, Any]:
+def attention_fields_from_hf(data: Any, name: str = "config", family: str | None = None) -> dict[str, Any]:
     """AttentionConfig keyword arguments for one attention layer described by ``data``.
 
-    ``family`` names the family of a config whose model_type the reader does not know.
-    ``approximate=True`` maps two architectures the layer model cannot represent exactly to their
-    nearest representable layer (``approximation_note`` says how); by default they are refused.
+    ``family`` names the family of a config whose model_type the reader does not know.  A
+    multi-head latent attention config (DeepSeek) is refused here: :func:`latent_fields_from_hf`
+    reads it (``config_from_hf`` picks the right one).
     """
     text, fam_name, fam = family_of(data, name, family)
-    if approximate and approximation_note(data, family) is not None:
-        return _approximate_fields(text, fam_name, name)
+    if fam.qk_norm == "latent":
+        raise ConfigError(f"{name}: family {fam_name!r} is multi-head latent attention, not an "
+                          "AttentionConfig layer (read it with config_from_hf)")
     d_model = _get(text, "hidden_size", "n_embd", "d_model", "dim")
     if d_model is None:
         raise ConfigError(f"{name}: field 'hidden_size' is required")
@@ -377,7 +374,7 @@ def attention_fields_from_hf(data: Any, name: str = "config", approximate: bool 
     qk_norm = _qk_norm(text, fam, name)
     if qk_norm == "layernorm" and fam_name in LAYERNORM_SHARED:
         qk_norm = "layernorm_shared"
-    _refusals(text, fam, fam_name, name, qk_norm)
+    _refusals(text, fam, fam_name, name)
     _check_unread(text, fam, name)
     n_kv = _kv_heads(text, fam, fam_name, n_heads, name)
 
@@ -426,34 +423,50 @@ def _same_count_for_bases(fields_: dict[str, Any], thetas: list[float], name: st
                           "count one layer type at a time with --rope-base")
 
 
-LATENT_NOTE = ("multi-head latent attention with a decoupled RoPE key of qk_rope_head_dim dims "
-               "shared by all heads and a learned gain on the latent norm; counted as latent K/V "
-               "(C = kv_lora_rank, head_dim = qk_nope_head_dim) without the RoPE key and without "
-               "the latent gain")
+def is_latent(data: Any, name: str = "config", family: str | None = None) -> bool:
+    """Whether ``data`` describes multi-head latent attention (a DeepSeek family)."""
+    return family_of(data, name, family)[2].qk_norm == "latent"
 
 
-def approximation_note(data: Any, family: str | None = None) -> str | None:
-    """Why ``attention_fields_from_hf(data, approximate=True)`` is not exact (None if it is)."""
-    try:
-        text, fam_name, fam = family_of(data, "config", family)
-    except ConfigError:
-        return None
-    if fam.qk_norm == "latent" and text.get("kv_lora_rank") is not None and text.get("q_lora_rank") is None:
-        return LATENT_NOTE
-    return None
+def latent_fields_from_hf(data: Any, name: str = "config", family: str | None = None) -> dict[str, Any]:
+    """LatentAttentionConfig keyword arguments of a DeepSeek V2 / V3 config (either layout).
 
-
-def _approximate_fields(text: dict[str, Any], fam_name: str, name: str) -> dict[str, Any]:
-    d = _integer(name, "hidden_size", _get(text, "hidden_size"))
-    H = _get(text, "num_attention_heads")
-    if H is None:
-        raise ConfigError(f"{name}: field 'num_attention_heads' is required")
-    H = _integer(name, "num_attention_heads", H)
-    k = _integer(name, "qk_nope_head_dim", _get(text, "qk_nope_head_dim", default=128))
-    v = _integer(name, "v_head_dim", _get(text, "v_head_dim", default=128))
-    C = _integer(name, "kv_lora_rank", text["kv_lora_rank"])
-    return dict(d_model=d, n_heads=H, head_dim=k, value_dim=v, kv_latent=C, latent_norm=True,
-                causal=True)
+    Read: hidden_size, num_attention_heads, kv_lora_rank, q_lora_rank (null: no query latent),
+    qk_nope_head_dim, qk_rope_head_dim, v_head_dim (absent: DeepseekV3Config's defaults),
+    attention_bias, the RoPE base; qk_head_dim and head_dim (the rotary width) must agree with
+    them; num_key_value_heads is not used by the code (every head gets its keys from the latent).
+    """
+    text, fam_name, fam = family_of(data, name, family)
+    if fam.qk_norm != "latent":
+        raise ConfigError(f"{name}: family {fam_name!r} is not multi-head latent attention")
+    _refusals(text, fam, fam_name, name)
+    _check_unread(text, fam, name)
+    sizes = {}
+    for key in ("hidden_size", "num_attention_heads"):
+        if _get(text, key) is None:
+            raise ConfigError(f"{name}: field {key!r} is required")
+        sizes[key] = _integer(name, key, text[key])
+    for key, default in LATENT_DEFAULTS.items():
+        value = text[key] if key in text else default
+        sizes[key] = None if value is None and key == "q_lora_rank" else _integer(name, key, value)
+    n, p = sizes["qk_nope_head_dim"], sizes["qk_rope_head_dim"]
+    for key, want in (("qk_head_dim", n + p), ("head_dim", p)):
+        if text.get(key) is not None and _integer(name, key, text[key]) != want:
+            raise ConfigError(f"{name}: field {key!r}={text[key]!r} must be {want} (qk_nope_head_dim "
+                              f"{n} + qk_rope_head_dim {p}; head_dim is the rotary width)"
+                              if key == "qk_head_dim" else
+                              f"{name}: field 'head_dim'={text[key]!r} must equal qk_rope_head_dim={p} "
+                              "(the rotary embedding's width in this family)")
+    fraction, thetas = _rope(text, fam, name)
+    if fraction != 1.0:
+        raise ConfigError(f"{name}: partial_rotary_factor={fraction:g}: family {fam_name!r} rotates "
+                          "all qk_rope_head_dim dims of its RoPE key")
+    if len(set(thetas)) > 1:
+        raise ConfigError(f"{name}: layer types with RoPE bases {thetas}: count one at a time")
+    return dict(d_model=sizes["hidden_size"], n_heads=sizes["num_attention_heads"],
+                kv_latent=sizes["kv_lora_rank"], q_latent=sizes["q_lora_rank"], nope_dim=n,
+                rope_dim=p, value_dim=sizes["v_head_dim"], rope_base=thetas[0],
+                bias=_flag(text, name, "attention_bias", False), causal=True)
 
 
 def family_table() -> list[dict[str, str]]:
@@ -475,26 +488,35 @@ def family_table() -> list[dict[str, str]]:
 HF_MARKERS = ("hidden_size", "n_embd", "model_type", "text_config")
 
 
+def is_hf(data: Any, family: str | None = None) -> bool:
+    """Whether parsed JSON is a Hugging Face config (rather than AttentionConfig fields)."""
+    return isinstance(data, dict) and (family is not None or any(k in data for k in HF_MARKERS))
+
+
 def _load(source: Any) -> tuple[Any, str]:
     if isinstance(source, (str, os.PathLike)):
         return read_json(source)
     return source, "config"          # parsed JSON (anything but an object is refused by name)
 
 
-def config_from_hf(source: Any, approximate: bool = False, family: str | None = None) -> AttentionConfig:
-    """Read a Hugging Face config.json (a path or an already-parsed dict).
+def config_from_hf(source: Any, family: str | None = None) -> AttentionConfig | LatentAttentionConfig:
+    """Read a Hugging Face config.json (a path or an already-parsed dict): an AttentionConfig,
+    or a LatentAttentionConfig for multi-head latent attention (DeepSeek).
 
-    Architectures the layer model cannot represent are refused, unless ``approximate`` (then
-    ``approximation_note`` says what the approximation leaves out); ``family`` names the
-    family of a config whose model_type the reader does not know.
+    ``family`` names the family of a config whose model_type the reader does not know.
     """
-    data, name = _load(source)
-    return AttentionConfig(**attention_fields_from_hf(data, name, approximate, family))
+    return _layer(*_load(source), family)
 
 
-def config_from_file(path: Any, family: str | None = None) -> AttentionConfig:
+def _layer(data: Any, name: str, family: str | None) -> AttentionConfig | LatentAttentionConfig:
+    if is_latent(data, name, family):
+        return LatentAttentionConfig(**latent_fields_from_hf(data, name, family))
+    return AttentionConfig(**attention_fields_from_hf(data, name, family))
+
+
+def config_from_file(path: Any, family: str | None = None) -> AttentionConfig | LatentAttentionConfig:
     """A JSON file holding either AttentionConfig fields or a Hugging Face config."""
     data, name = read_json(path)
-    if isinstance(data, dict) and (family is not None or any(k in data for k in HF_MARKERS)):
-        return AttentionConfig(**attention_fields_from_hf(data, name, family=family))
+    if is_hf(data, family):
+        return _layer(data, name, family)
     return AttentionConfig.from_dict(data, name)

@@ -15,6 +15,7 @@ takes the Jacobian of the outputs with respect to the module's own parameters (o
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import math
@@ -24,8 +25,8 @@ from typing import Any, Callable
 import torch
 
 from .certify import Check, check as certify_check, is_certified, rank_from_singular_values
-from .attention import param_shapes
-from .config import AttentionConfig, ConfigError
+from .attention import latent_param_shapes, n_params, param_shapes
+from .config import AttentionConfig, ConfigError, LatentAttentionConfig
 from .hf import config_from_hf, family_of
 from .rank import default_n_sequences, default_seq_len
 from .symmetry import random_group_element
@@ -40,7 +41,8 @@ class Spec:
     config_class: str
     module: str                 # transformers.models.<module>
     attention: str              # the attention class
-    kwargs: Callable[..., dict[str, Any]]   # (d, H, G, k, r_frac, bias, theta) -> config kwargs
+    kwargs: Callable[..., dict[str, Any]]   # (d, H, G, k, r_frac, bias, theta) -> config kwargs,
+    latent: bool = False        # or, for multi-head latent attention, (LatentAttentionConfig) -> them
 
 
 def _rope(frac: float, theta: float) -> dict[str, Any]:
@@ -57,6 +59,13 @@ def _llama(bias_key: str | None = "attention_bias", head_dim: bool = True):
             out[bias_key] = bool(bias)
         return out
     return kw
+
+
+def _latent(c: LatentAttentionConfig) -> dict[str, Any]:
+    return dict(hidden_size=c.d_model, num_attention_heads=c.n_heads, num_key_value_heads=c.n_heads,
+                kv_lora_rank=c.kv_latent, q_lora_rank=c.q_latent, qk_nope_head_dim=c.nope_dim,
+                qk_rope_head_dim=c.rope_dim, v_head_dim=c.value_dim, attention_bias=c.bias,
+                rope_parameters={"rope_type": "default", "rope_theta": c.rope_base})
 
 
 SPECS: dict[str, Spec] = {
@@ -96,6 +105,8 @@ SPECS: dict[str, Spec] = {
                  lambda d, H, G, k, frac, bias, theta: dict(hidden_size=d, num_attention_heads=H)),
     "t5": Spec("T5Config", "t5", "T5Attention",
                lambda d, H, G, k, frac, bias, theta: dict(d_model=d, num_heads=H, d_kv=k)),
+    "deepseek_v2": Spec("DeepseekV2Config", "deepseek_v2", "DeepseekV2Attention", _latent, latent=True),
+    "deepseek_v3": Spec("DeepseekV3Config", "deepseek_v3", "DeepseekV3Attention", _latent, latent=True),
 }
 
 
@@ -106,7 +117,7 @@ class Built:
     family: str
     hf_config: Any
     module: torch.nn.Module
-    config: AttentionConfig
+    config: AttentionConfig | LatentAttentionConfig
     rotary: torch.nn.Module | None
 
 
@@ -120,14 +131,19 @@ def _transformers() -> Any:
 def hf_config(family: str, d: int, H: int, G: int | None = None, k: int | None = None,
               rope_fraction: float = 1.0, bias: bool = False, rope_theta: float = 10000.0,
               **extra: Any) -> Any:
-    """The family's own config object for a small layer (extra: more config fields)."""
+    """The family's own config object for a small layer (extra: more config fields; for multi-head
+    latent attention the LatentAttentionConfig fields kv_latent, nope_dim, ... go there)."""
     if family not in SPECS:
         raise ConfigError(f"family={family!r} has no real-implementation check (known: "
                           f"{', '.join(sorted(SPECS))})")
     spec = SPECS[family]
     G = H if G is None else G
     k = d // H if k is None else k
-    kw = spec.kwargs(d, H, G, k, rope_fraction, bias, rope_theta) | extra
+    if spec.latent:
+        kw = spec.kwargs(LatentAttentionConfig(d_model=d, n_heads=H, bias=bool(bias),
+                                               rope_base=rope_theta, **extra))
+    else:
+        kw = spec.kwargs(d, H, G, k, rope_fraction, bias, rope_theta) | extra
     transformers = _transformers()
     cfg = getattr(transformers, spec.config_class)(**kw)
     transformers.AttentionInterface.register(ATTENTION, eager64)
@@ -210,7 +226,7 @@ def build(family: str, seed: int = 0, norm_eps: float = 0.0, **layer: Any) -> Bu
     if rotary is not None:
         rotary = rotary.to(DTYPE)
     randomize(module, seed)
-    _norms_in_float64(module)
+    _norms_in_float64(module, norm_eps)
     return Built(family, cfg, module, config, rotary)
 
 
@@ -235,6 +251,15 @@ def forward(built: Built, X: torch.Tensor, params: dict[str, torch.Tensor] | Non
         if params is None:
             return call(X)
         return torch.func.functional_call(target, params, (X, mask))
+    if built.family == "deepseek_v2":
+        with _complex128_rotation():
+            return _forward(built, X, params, pos, mask)
+    return _forward(built, X, params, pos, mask)
+
+
+def _forward(built: Built, X: torch.Tensor, params: dict[str, torch.Tensor] | None,
+             pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    module, n = built.module, X.shape[1]
     kw: dict[str, Any] = {"hidden_states": X}
     sig = inspect.signature(module.forward).parameters
     if "attention_mask" in sig:
@@ -266,9 +291,15 @@ def position_embeddings(rotary: torch.nn.Module, X: torch.Tensor, pos: torch.Ten
     the layout (halves or interleaved pairs) is read off the module's float32 output.
     """
     pre = "" if layer_type is None else f"{layer_type}_"
-    cos32, _ = rotary(X, pos) if layer_type is None else rotary(X, pos, layer_type)
+    own = rotary(X, pos) if layer_type is None else rotary(X, pos, layer_type)
     freqs = pos[..., None].to(DTYPE) * getattr(rotary, pre + "inv_freq").to(DTYPE)
     scale = float(getattr(rotary, pre + "attention_scaling", 1.0))
+    if torch.is_tensor(own) and own.is_complex():            # DeepSeek V2: e^{i t theta} itself
+        exact = torch.polar(torch.full_like(freqs, scale), freqs)
+        if not torch.allclose(exact, own.to(torch.complex128), atol=1e-5):
+            raise ConfigError(f"{type(rotary).__name__}: unknown rotary layout")
+        return exact
+    cos32, _ = own
     for emb in (torch.cat([freqs, freqs], dim=-1), torch.repeat_interleave(freqs, 2, dim=-1)):
         if emb.shape == cos32.shape and torch.allclose(emb.cos() * scale, cos32.to(DTYPE), atol=1e-5):
             return (emb.cos() * scale).to(DTYPE), (emb.sin() * scale).to(DTYPE)
@@ -291,8 +322,33 @@ class RMSNorm64(torch.nn.Module):
         return gain * y / torch.sqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
 
 
-def _norms_in_float64(module: torch.nn.Module) -> None:
-    """Replace every RMSNorm child by :class:`RMSNorm64` (same parameter, same function)."""
+def _apply_rotary_emb64(xq: torch.Tensor, xk: torch.Tensor,
+                        freqs_cis: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """DeepseekV2's apply_rotary_emb (pairs (2i, 2i+1) as complex numbers times e^{i t theta_i})
+    in complex128: its own casts the pairs to complex64 (``xq.float()``)."""
+    xq_ = torch.view_as_complex(xq.reshape(*xq.shape[:-1], -1, 2).contiguous())
+    xk_ = torch.view_as_complex(xk.reshape(*xk.shape[:-1], -1, 2).contiguous())
+    f = freqs_cis.unsqueeze(1)
+    return torch.view_as_real(xq_ * f).flatten(3), torch.view_as_real(xk_ * f).flatten(3)
+
+
+@contextlib.contextmanager
+def _complex128_rotation() -> Any:
+    """DeepseekV2's module-level apply_rotary_emb replaced by :func:`_apply_rotary_emb64` for the
+    duration of one forward (restored after it)."""
+    mod = importlib.import_module("transformers.models.deepseek_v2.modeling_deepseek_v2")
+    own = mod.apply_rotary_emb
+    mod.apply_rotary_emb = _apply_rotary_emb64
+    try:
+        yield
+    finally:
+        mod.apply_rotary_emb = own
+
+
+def _norms_in_float64(module: torch.nn.Module, eps: float = 0.0) -> None:
+    """Replace every RMSNorm child by :class:`RMSNorm64` (same parameter, same function), with
+    ``eps`` (the modules' own eps where they take it from the config; DeepSeek's latent norms keep
+    the class default 1e-6 whatever the config says, so it is set here)."""
     for name, child in list(module.named_children()):
         if not type(child).__name__.endswith("RMSNorm"):
             continue
@@ -302,6 +358,7 @@ def _norms_in_float64(module: torch.nn.Module) -> None:
             for one_plus in (False, True):
                 new = RMSNorm64(child, one_plus)
                 if torch.allclose(new(y), own, rtol=1e-5, atol=1e-5):
+                    new.eps = eps
                     setattr(module, name, new)
                     break
             else:
@@ -339,11 +396,17 @@ class ModuleMeasurement:
     singular_values: torch.Tensor
 
 
-def inputs(config: AttentionConfig, seed: int = 0, n_sequences: int | None = None,
+def inputs(config: AttentionConfig | LatentAttentionConfig, seed: int = 0, n_sequences: int | None = None,
            seq_len: int | None = None) -> torch.Tensor:
-    """Seeded N(0, 1) inputs, as many as :func:`idlib.rank.measure` takes for this layer."""
-    n = default_seq_len(config) if seq_len is None else seq_len
-    B = default_n_sequences(config, n) if n_sequences is None else n_sequences
+    """Seeded N(0, 1) inputs, as many as :func:`idlib.rank.measure` takes for this layer (a latent
+    layer: d_model + 2 tokens, and 1.5 times as many output rows as parameters)."""
+    latent = isinstance(config, LatentAttentionConfig)
+    n = (config.d_model + 2 if latent else default_seq_len(config)) if seq_len is None else seq_len
+    if n_sequences is not None:
+        B = n_sequences
+    else:
+        B = math.ceil(1.5 * n_params(config) / (n * config.d_model)) + 1 if latent else \
+            default_n_sequences(config, n)
     gen = torch.Generator().manual_seed(10_000 + seed)
     return torch.randn(B, n, config.d_model, generator=gen, dtype=DTYPE)
 
@@ -422,7 +485,9 @@ def check_family_of(data: Any, name: str = "config", family: str | None = None, 
         raise ConfigError(f"{name}: family {fam!r} has no real-implementation check (known: "
                           f"{', '.join(sorted(SPECS))})")
     config = config_from_hf(data, family=family)
-    return check(fam, seed=seed, **small_layer(config, fam))
+    layer = small_latent_layer(config) if isinstance(config, LatentAttentionConfig) else \
+        small_layer(config, fam)
+    return check(fam, seed=seed, **layer)
 
 
 # -- the group action of chapters 1-5 on the real module's weights ---------------------------
@@ -536,6 +601,8 @@ def symmetry_check(built: Built, seed: int = 0, scale: float = 0.5) -> dict[str,
     chapters 1-5 and 7) and run the module's own forward: ``move`` = |theta' - theta| / |theta|,
     ``change`` = max |out' - out| / max |out| (round-off when the group is right)."""
     X = inputs(built.config, seed, n_sequences=4)
+    if isinstance(built.config, LatentAttentionConfig):
+        return _moved_output(built, X, latent_action(built, seed=seed, scale=scale))
     p = to_params(built)
     if from_params(built, p).keys() != parameters(built).keys():
         raise ConfigError(f"{built.family}: layout does not cover the module's parameters")
@@ -543,7 +610,10 @@ def symmetry_check(built: Built, seed: int = 0, scale: float = 0.5) -> dict[str,
         raise ConfigError(f"{built.family}: the group action for qk_norm="
                           f"{built.config.qk_norm!r} is not implemented")
     act = whole_norm_action if built.config.qk_norm == "whole" else random_group_element
-    moved = from_params(built, act(built.config, p, seed=seed, scale=scale))
+    return _moved_output(built, X, from_params(built, act(built.config, p, seed=seed, scale=scale)))
+
+
+def _moved_output(built: Built, X: torch.Tensor, moved: dict[str, torch.Tensor]) -> dict[str, float]:
     before = parameters(built)
     flat = lambda d: torch.cat([t.reshape(-1) for t in d.values()])  # noqa: E731
     with torch.no_grad():
@@ -580,3 +650,68 @@ def whole_norm_action(config: AttentionConfig, params: dict[str, torch.Tensor], 
     if "b_V" in p:
         p["b_V"] = torch.einsum("gv,gvw->gw", p["b_V"], B)
     return p
+
+
+def _rotation_planes(built: Built) -> torch.Tensor:
+    """(p / 2, 2) indices of the RoPE key's rotation planes: pairs (2i, 2i+1) (DeepSeek V2, and
+    V3 with rope_interleave), else halves (i, i + p/2)."""
+    p = built.config.rope_dim
+    if built.family == "deepseek_v2" or getattr(built.hf_config, "rope_interleave", False):
+        return torch.arange(p).reshape(-1, 2)
+    return torch.stack([torch.arange(p // 2), torch.arange(p // 2) + p // 2], dim=1)
+
+
+def latent_action(built: Built, seed: int = 0, scale: float = 0.5) -> dict[str, torch.Tensor]:
+    """The module's parameters moved by a random element of the symmetry group of multi-head
+    latent attention (:func:`idlib.counting.count_latent`): per latent W_down -> lambda O W_down
+    (bias too), gain g -> g e^s, W_up -> W_up diag(g) O^T diag(g e^s)^-1; per head GL(n) on the
+    no-RoPE query/key rows and GL(v) on value rows / output columns; one complex scalar per
+    rotation plane on the shared RoPE key (c R_phi) and its inverse transpose on every head's
+    RoPE query rows."""
+    c = built.config
+    gen = torch.Generator().manual_seed(seed)
+    rnd = lambda *shape: scale * torch.randn(*shape, generator=gen, dtype=DTYPE)  # noqa: E731
+    near_one = lambda m: torch.eye(m, dtype=DTYPE) + rnd(m, m) / m ** 0.5  # noqa: E731
+    p = {k: v.clone() for k, v in parameters(built).items()}
+    H, C, n, r, v = c.n_heads, c.kv_latent, c.nope_dim, c.rope_dim, c.value_dim
+    q_w = "q_proj.weight" if c.q_latent is None else "q_b_proj.weight"
+    latents = [("kv_a_proj_with_mqa", C, "kv_a_layernorm.weight", "kv_b_proj.weight")]
+    if c.q_latent is not None:
+        latents.append(("q_a_proj", c.q_latent, "q_a_layernorm.weight", q_w))
+    for down, width, gain, up in latents:
+        skew = rnd(width, width)
+        O = torch.linalg.matrix_exp(skew - skew.T) * rnd(1).exp()    # lambda O
+        for key in (down + ".weight", down + ".bias"):
+            if key in p:
+                p[key][:width] = O @ p[key][:width]
+        g_new = p[gain] * rnd(width).exp()
+        O_unit = O / torch.linalg.matrix_norm(O, 2)
+        p[up] = p[up] * p[gain] @ O_unit.T / g_new
+        p[gain] = g_new
+    q_rows = lambda h: h * (n + r)  # noqa: E731 (first row of head h in the query projection)
+    for h in range(H):
+        A, B = near_one(n), near_one(v)
+        q0, k0 = q_rows(h), h * (n + v)
+        p[q_w][q0:q0 + n] = torch.linalg.solve(A.T, p[q_w][q0:q0 + n])
+        p["kv_b_proj.weight"][k0:k0 + n] = A @ p["kv_b_proj.weight"][k0:k0 + n]
+        p["kv_b_proj.weight"][k0 + n:k0 + n + v] = B @ p["kv_b_proj.weight"][k0 + n:k0 + n + v]
+        p["o_proj.weight"][:, h * v:(h + 1) * v] = torch.linalg.solve(
+            B.T, p["o_proj.weight"][:, h * v:(h + 1) * v].T).T
+    for pair in _rotation_planes(built):
+        a, phi = rnd(1).exp(), rnd(1)
+        M = a * torch.stack([torch.cat([phi.cos(), -phi.sin()]), torch.cat([phi.sin(), phi.cos()])])
+        for key in ("kv_a_proj_with_mqa.weight", "kv_a_proj_with_mqa.bias"):
+            if key in p:
+                p[key][C + pair] = M @ p[key][C + pair]
+        for h in range(H):
+            rows = q_rows(h) + n + pair
+            p[q_w][rows] = torch.linalg.solve(M.T, p[q_w][rows])
+    return p
+
+
+def small_latent_layer(config: LatentAttentionConfig) -> dict[str, Any]:
+    """Keyword arguments of :func:`build` for a small latent layer with the structure of
+    ``config`` (a query latent or none, the biases, the RoPE base): d 12, H 2, C 5, C_Q 6,
+    n 3, p 4, v 3."""
+    return dict(d=12, H=2, kv_latent=5, q_latent=None if config.q_latent is None else 6,
+                nope_dim=3, rope_dim=4, value_dim=3, bias=config.bias, rope_theta=config.rope_base)

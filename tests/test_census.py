@@ -9,7 +9,8 @@ import pytest
 from idlib.studies import census
 from idlib.config import ConfigError
 from idlib.counting import count, unidentified_ratio_mha
-from idlib.hf import approximation_note, config_from_file, config_from_hf
+from idlib.config import LatentAttentionConfig
+from idlib.hf import config_from_file, config_from_hf
 
 MODELS = {m.slug: m for m in census.load_models()}
 ROWS = {r["slug"]: r for r in census.census_rows()}
@@ -17,7 +18,7 @@ ROWS = {r["slug"]: r for r in census.census_rows()}
 # slug -> (P per layer, U per layer, printed shares: layer, without RoPE, grouping, QK-norm)
 EXPECTED = {
     "bert-base": (2362368, 99840, ("4.23%", "-", "-", "-")),
-    "deepseek-v2-lite": (11534336, 655105, ("5.68%", "-", "-", "-")),
+    "deepseek-v2-lite": (13763072, 655681, ("4.76%", "-", "-", "-")),
     "falcon-7b": (41877504, 4160, ("0.01%", "0.02%", "0.36%", "-")),
     "gemma-2-9b": (44040192, 526336, ("1.20%", "2.38%", "1.79%", "-")),
     "gemma-3-4b": (15729152, 262284, ("1.67%", "1.67%", "2.50%", "1.67%")),
@@ -58,12 +59,7 @@ def test_counts_and_printed_shares(slug):
 def test_every_shipped_config_is_what_count_reads(slug):
     m = MODELS[slug]
     raw = json.loads(m.path.read_text())
-    if m.status == "approximate":           # refused exactly; counted with the approximation note
-        with pytest.raises(ConfigError, match="is not represented by AttentionConfig"):
-            config_from_file(m.path)
-        assert m.reason == approximation_note(raw) and config_from_hf(raw, approximate=True) == m.config
-    else:
-        assert m.status == "exact" and config_from_file(m.path) == m.config
+    assert m.status == "exact" and config_from_file(m.path) == m.config == config_from_hf(raw)
 
 
 def test_gpt2_small_by_hand():
@@ -106,9 +102,9 @@ def test_design_effects():
 
 
 def test_statuses():
-    assert {s for s, m in MODELS.items() if m.status != "exact"} == {"deepseek-v2-lite"}
+    assert {s for s, m in MODELS.items() if m.status != "exact"} == set()
     assert MODELS["olmo-2-7b"].config.qk_norm == "whole"
-    assert "decoupled RoPE key" in MODELS["deepseek-v2-lite"].reason
+    assert isinstance(MODELS["deepseek-v2-lite"].config, LatentAttentionConfig)
     assert MODELS["qwen3-8b"].config.qk_norm == MODELS["gemma-3-4b"].config.qk_norm == "gain"
 
 
@@ -123,10 +119,14 @@ def test_format_and_json():
     gpt2 = next(line for line in lines if line.startswith("GPT-2"))
     assert re.split(r"\s{2,}", gpt2.strip()) == ["GPT-2 (124M)", "12", "2,362,368", "28,348,416",
                                                   "99,840", "4.23%", "-", "-", "-"]
-    assert lines[-1].startswith("DeepSeek-V2-Lite: approximate: multi-head latent attention")
+    assert not any(": approximate:" in line or ": not representable:" in line for line in lines)
+    deepseek = next(line for line in lines if line.startswith("DeepSeek-V2-Lite"))
+    assert re.split(r"\s{2,}", deepseek.strip()) == ["DeepSeek-V2-Lite *", "27", "13,763,072",
+                                                      "371,602,944", "655,681", "4.76%", "-", "-", "-"]
 
 
-@pytest.mark.parametrize("slug", sorted(MODELS))
+@pytest.mark.parametrize("slug", sorted(s for s, m in MODELS.items()
+                                        if not isinstance(m.config, LatentAttentionConfig)))
 def test_twin_keeps_the_pattern(slug):
     c = MODELS[slug].config
     t = census.twin(c)
@@ -140,8 +140,7 @@ def test_twin_keeps_the_pattern(slug):
 @pytest.mark.parametrize("slug, twin, identified, unidentified", [
     ("gpt2", "d=8 H=4 G=4 k=2 bias=qkvo", 240, 48),          # 2 * 4 * 2^2 + 4 * 2 + 4 * 2
     ("qwen2.5-7b", "d=14 H=7 G=1 k=2 r=2 bias=qkv", 460, 6),
-    ("gemma-3-4b", "d=10 H=4 G=2 k=2 r=2 qk_norm=gain", 229, 15),
-    ("deepseek-v2-lite", "d=8 H=4 G=4 k=2 kv_latent=4 latent_norm=True", 185, 39)])
+    ("gemma-3-4b", "d=10 H=4 G=2 k=2 r=2 qk_norm=gain", 229, 15)])
 def test_twins_agree_with_measured_rank(slug, twin, identified, unidentified):
     r = census.twin_check(MODELS[slug].config, seed=0)
     assert census.describe_twin(r["twin"]) == twin

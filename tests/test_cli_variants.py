@@ -60,10 +60,7 @@ def test_count_works_on_every_shipped_config(run, path):
     assert rc == 0, err
     report = json.loads(out)
     assert report["identified"] + report["unidentified"] == report["total"] > 0
-    if path.stem in ("deepseek-v2-lite",):      # counted approximately, and said so
-        assert "counted approximately" in err
-    else:
-        assert err == ""
+    assert err == ""
 
 
 def test_census_command_prints_every_model(run):

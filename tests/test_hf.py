@@ -5,10 +5,11 @@ import re
 from pathlib import Path
 
 import pytest
+import transformers
 
-from idlib.config import AttentionConfig, ConfigError
+from idlib.config import AttentionConfig, ConfigError, LatentAttentionConfig
 from idlib.counting import count
-from idlib.hf import FAMILIES, HARMLESS, approximation_note, config_from_file, config_from_hf, family_table
+from idlib.hf import FAMILIES, HARMLESS, config_from_file, config_from_hf, family_table
 
 DATA = Path(__file__).parent / "data"
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}
@@ -282,7 +283,6 @@ def test_family_table_lists_every_family():
 @pytest.mark.parametrize("name, message", [
     ("bloom_alibi.json", "bloom_alibi.json: model_type 'bloom' is not a family the reader knows"),
     ("mpt_alibi.json", "mpt_alibi.json: model_type 'custom' is not a family the reader knows"),
-    ("deepseek_v2_lite.json", "deepseek_v2_lite.json: family 'deepseek_v2' multi-head latent attention"),
     ("malformed.json", "config file 'malformed.json': not valid JSON (line 5, column 1"),
     ("unknown_field.json", "unknown_field.json: unknown field 'heads_per_group'"),
     ("no_positions.json", "no_positions.json: model_type 'mystery' is not a family the reader knows"),
@@ -334,15 +334,44 @@ def test_refused_with_the_rule_named(data, message):
         config_from_hf(data)
 
 
-def test_latent_attention_approximate_path():
+def test_latent_attention_is_read_exactly():
+    """DeepSeek-V2-Lite as shipped (older layout: rope_theta at the top, q_lora_rank null)."""
     base = json.loads((DATA / "deepseek_v2_lite.json").read_text())
-    assert approximation_note(base) is not None
-    c = config_from_hf(base, approximate=True)
-    assert (c.kv_latent, c.head_dim, c.value_dim) == (512, 128, 128)
-    with pytest.raises(ConfigError, match=re.escape("field 'num_attention_heads' is required")):
-        config_from_hf({k: v for k, v in base.items() if k != "num_attention_heads"}, approximate=True)
-    with pytest.raises(ConfigError, match=re.escape("field 'kv_lora_rank'=512.7 must be an integer")):
-        config_from_hf({**base, "kv_lora_rank": 512.7}, approximate=True)
+    assert config_from_hf(base) == LatentAttentionConfig(
+        d_model=2048, n_heads=16, kv_latent=512, nope_dim=128, rope_dim=64, value_dim=128,
+        q_latent=None, rope_base=10000.0, bias=False, causal=True)
+    assert config_from_file(DATA / "deepseek_v2_lite.json") == config_from_hf(base)
+
+
+@pytest.mark.parametrize("cls", ["DeepseekV2Config", "DeepseekV3Config"])
+def test_latent_attention_in_the_transformers_5_layout(cls):
+    """Written by transformers' own config classes: defaults, rope_parameters, yarn scaling."""
+    cfg = getattr(transformers, cls)(hidden_size=7168, num_attention_heads=128, q_lora_rank=1536,
+                                     attention_bias=True, rope_parameters={
+                                         "rope_type": "yarn", "rope_theta": 1e4, "factor": 40.0,
+                                         "original_max_position_embeddings": 4096})
+    c = config_from_hf(cfg.to_dict())
+    assert (c.d_model, c.n_heads, c.kv_latent, c.q_latent, c.nope_dim, c.rope_dim, c.value_dim,
+            c.rope_base, c.bias) == (7168, 128, 512, 1536, 128, 64, 128, 1e4, True)
+    no_q = config_from_hf(getattr(transformers, cls)(q_lora_rank=None).to_dict())
+    assert no_q.q_latent is None and no_q.query_input == no_q.d_model
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"num_attention_heads": None}, "field 'num_attention_heads' is required"),
+    ({"kv_lora_rank": 512.7}, "field 'kv_lora_rank'=512.7 must be an integer"),
+    ({"qk_rope_head_dim": 63}, "rope_dim=63 must be even"),
+    ({"qk_head_dim": 128}, "field 'qk_head_dim'=128 must be 192"),
+    ({"head_dim": 128}, "field 'head_dim'=128 must equal qk_rope_head_dim=64"),
+    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor=0.5: family 'deepseek_v2' rotates all"),
+    ({"attention_bias": "no"}, "field 'attention_bias'='no' must be true or false"),
+    ({"kv_head_scale": 2.0}, "field 'kv_head_scale' is not read for this family"),
+])
+def test_latent_attention_refusals(change, message):
+    base = json.loads((DATA / "deepseek_v2_lite.json").read_text())
+    data = {k: v for k, v in {**base, **change}.items() if v is not None}
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        config_from_hf(data)
 
 
 def test_non_utf8_config_file_is_refused(tmp_path):

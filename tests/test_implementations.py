@@ -27,7 +27,7 @@ def layer(family):
                 bias=family != "gemma2")
 
 
-@pytest.mark.parametrize("family", sorted(impl.SPECS))
+@pytest.mark.parametrize("family", sorted(f for f, s in impl.SPECS.items() if not s.latent))
 def test_real_module_agrees_with_the_closed_form(family):
     c = impl.check(family, **layer(family))
     assert c.n_params == c.total == count(c.config).total
@@ -67,8 +67,7 @@ def test_float32_families_are_refused():
                                                     "CohereAttention applies RoPE in float32")):
         impl.check_family_of(data)
     with pytest.raises(ConfigError, match="has no real-implementation check"):
-        impl.check_family_of({"model_type": "deepseek_v3", "hidden_size": 64,
-                              "num_attention_heads": 4, "kv_lora_rank": 16})
+        impl.check_family_of({"model_type": "opt", "hidden_size": 64, "num_attention_heads": 4})
 
 
 def test_census_config_through_its_real_module():
@@ -78,7 +77,7 @@ def test_census_config_through_its_real_module():
     assert c.rank == c.identified == 308 and c.agrees
 
 
-@pytest.mark.parametrize("family", sorted(impl.SPECS))
+@pytest.mark.parametrize("family", sorted(f for f, s in impl.SPECS.items() if not s.latent))
 def test_group_action_on_the_real_weights_leaves_the_output(family):
     built = impl.build(family, **layer(family))
     p = impl.to_params(built)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from ..certify import CERTIFY_GAP, CERTIFY_GAP_TEXT, GAP_SHOWN, Check, check, format_gap  # noqa: F401 (re-exported)
-from ..config import AttentionConfig
+from ..config import AttentionConfig, LatentAttentionConfig
 from ..rank import measure
 
 ROUNDOFF_SHOWN = 1e-12
@@ -65,14 +65,20 @@ def format_share(unidentified: int, total: int) -> str:
     return f"{100 * unidentified / total:.2f}%"
 
 
-def layer_text(config: AttentionConfig) -> str:
+def layer_text(config: AttentionConfig | LatentAttentionConfig) -> str:
     """The measured layer in the book's notation, e.g. 'd=6 H=2 G=1 k=4 v=4 r=2 b_Q b_K QK-norm gain'.
 
     Always d, H, G, k, v; then what is not the plain default: r (rotated dims per head), the
     biases, the causal mask, QK-norm, the latent width C (and its norm), centred inputs, and a
-    stack of L layers sharing K/V over S.
+    stack of L layers sharing K/V over S.  A latent layer (DeepSeek): d, H, the latents C_Q and C,
+    n, p, v, the biases, e.g. 'd=12 H=2 C_Q=6 C=5 n=3 p=4 v=3 biases'.
     """
     c = config
+    if isinstance(c, LatentAttentionConfig):
+        return " ".join([f"d={c.d_model}", f"H={c.n_heads}"]
+                        + ([f"C_Q={c.q_latent}"] if c.q_latent is not None else [])
+                        + [f"C={c.kv_latent}", f"n={c.nope_dim}", f"p={c.rope_dim}",
+                           f"v={c.value_dim}"] + (["biases"] if c.bias else []))
     parts = [f"d={c.d_model}", f"H={c.n_heads}", f"G={c.n_kv_heads}", f"k={c.head_dim}",
              f"v={c.value_dim}"]
     if c.rotary_dim:

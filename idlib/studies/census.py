@@ -14,9 +14,11 @@ choice.  :func:`twin` builds a small layer with the same head/group pattern, rot
 biases and norms, small enough for :func:`idlib.rank.measure` to confirm its count.
 
 What the config does not say but the architecture fixes (QK-norm in Qwen3 and Gemma 3) is read
-from the family table of :mod:`idlib.hf`; where the layer model cannot represent an
-architecture exactly (OLMo 2's norm over all heads, DeepSeek's decoupled RoPE key) the row is
-marked ``approximate`` or ``not representable`` with the reason, never silently adjusted.
+from the family table of :mod:`idlib.hf`; multi-head latent attention (DeepSeek) is a
+:class:`~idlib.config.LatentAttentionConfig`, counted exactly by
+:func:`idlib.counting.count_latent` (its twin is measured on the real module, chapter 9).  A
+config the reader refuses is marked ``not representable`` with the reason, never silently
+adjusted.
 """
 from __future__ import annotations
 
@@ -28,9 +30,9 @@ from typing import Any
 
 from ..attention import n_params, rope_frequencies
 from ..certify import check
-from ..config import AttentionConfig, ConfigError
+from ..config import AttentionConfig, ConfigError, LatentAttentionConfig
 from ..counting import check_derived, count
-from ..hf import approximation_note, config_from_hf
+from ..hf import config_from_hf
 from ..rank import measure
 from ..report.tables import format_share
 
@@ -54,9 +56,9 @@ class CensusModel:
     model_type: str
     n_layers: int
     hf: dict[str, Any] = field(repr=False)
-    config: AttentionConfig | None
-    status: str                 # "exact", "approximate" or "not representable"
-    reason: str = ""            # why a row is approximate / not representable
+    config: AttentionConfig | LatentAttentionConfig | None
+    status: str                 # "exact" or "not representable"
+    reason: str = ""            # why a row is not representable
 
     @property
     def path(self) -> Path:
@@ -69,16 +71,12 @@ def _text_config(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _build(data: dict[str, Any], name: str) -> tuple[AttentionConfig | None, str, str]:
+def _build(data: dict[str, Any], name: str) -> tuple[AttentionConfig | LatentAttentionConfig | None, str, str]:
     """(config, status, reason) for one HF config dict."""
     try:
-        cfg = config_from_hf(data)
+        return config_from_hf(data), "exact", ""
     except ConfigError as e:
-        note = approximation_note(data)
-        if note is None:
-            return None, "not representable", str(e)
-        return config_from_hf(data, approximate=True), "approximate", note
-    return cfg, "exact", ""
+        return None, "not representable", str(e)
 
 
 def load_model(path: str | Path) -> CensusModel:
@@ -118,15 +116,18 @@ def _without(config: AttentionConfig, **changes: Any) -> AttentionConfig | None:
         return None
 
 
-def design_effects(config: AttentionConfig) -> dict[str, tuple[int, int] | None]:
-    """(U, P) with each of the layer's design choices undone (None: not used)."""
+def design_effects(config: AttentionConfig | LatentAttentionConfig) -> dict[str, tuple[int, int] | None]:
+    """(U, P) with each of the layer's design choices undone (None: not used; a latent layer
+    has no RoPE-free, ungrouped or un-normalised version of itself)."""
     out: dict[str, tuple[int, int] | None] = {"without_rope": None, "without_grouping": None,
                                     "without_qk_norm": None}
+    if isinstance(config, LatentAttentionConfig):
+        return out
     if config.rotary_dim:
         out["without_rope"] = _share(_without(config, rope_fraction=0.0))
     if config.n_kv_heads != config.n_heads:
         out["without_grouping"] = _share(_without(config, n_kv_heads=config.n_heads))
-    if getattr(config, "qk_norm", "none") != "none":
+    if config.qk_norm != "none":
         out["without_qk_norm"] = _share(_without(config, qk_norm="none"))
     return out
 
@@ -187,7 +188,7 @@ CENSUS_COLUMNS = ("model", "layers", "params/layer", "params (all layers)", "uni
 
 def table_cells(row: dict[str, Any]) -> list[str]:
     """The printed cells of one row, in the order of :data:`CENSUS_COLUMNS`."""
-    mark = {"exact": "", "approximate": " (approx.)", "not representable": " (not counted)"}
+    mark = {"exact": "", "not representable": " (not counted)"}
     return [row["name"] + mark[row["status"]] + ("" if row["confirmed"] else " *"),
             str(row["layers"]), _big(row["per_layer_total"]), _big(row["total"]),
             _big(row["per_layer_unidentified"]), *(row["share_text"][k] for k in SHARE_KEYS)]
@@ -300,7 +301,7 @@ def twin_checks(models: list[CensusModel], seeds: tuple[int, ...] = (0,)) -> lis
     """One check per distinct twin (models whose twins coincide share it), over ``seeds``."""
     groups: dict[AttentionConfig, list[str]] = {}
     for m in models:
-        if m.config is not None:
+        if isinstance(m.config, AttentionConfig):       # latent twins: on the real module (ch. 9)
             groups.setdefault(twin(m.config), []).append(m.name)
     out = []
     for t, names in groups.items():
@@ -336,7 +337,7 @@ def describe_twin(t: AttentionConfig) -> str:
 
 # -- the frequency condition of the census theorem --------------------------------------------
 
-def frequencies_generic(config: AttentionConfig, frequencies: Any = None,
+def frequencies_generic(config: AttentionConfig | LatentAttentionConfig, frequencies: Any = None,
                         tol: float = 1e-12) -> tuple[bool | None, str]:
     """Do the layer's RoPE angles meet the condition of the census theorem? (verdict, reason).
 
@@ -346,8 +347,11 @@ def frequencies_generic(config: AttentionConfig, frequencies: Any = None,
     l != l'. Folding phi_l = min(omega_l mod 2 pi, 2 pi - omega_l mod 2 pi) in [0, pi] makes both
     "every phi_l in (0, pi), all distinct"; after sorting, the margin is the smallest distance
     of a phi to 0, to pi or to its neighbour (a coincidence when below ``tol``). None: no RoPE.
-    ``frequencies`` (the omega_l) replace the config's schedule, as in ``count``.
+    ``frequencies`` (the omega_l) replace the config's schedule, as in ``count``.  A latent layer
+    (DeepSeek) is judged by its RoPE parts (``LatentAttentionConfig.rope_head``).
     """
+    if isinstance(config, LatentAttentionConfig):
+        config = config.rope_head()
     r = config.rotary_dim
     if not r:
         return None, "no RoPE: the condition does not apply"
