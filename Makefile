@@ -46,7 +46,7 @@ MPL_KERNEL  = MPLBACKEND=module://matplotlib_inline.backend_inline $(if $(KERNEL
 JB_FLAGS := -W -n --keep-going --all
 
 .PHONY: help venv book html test unit package browser chromium nbval papermill outputs clean distclean \
-        report reproduce pdf latex tex bench determinism
+        report reproduce pdf latex tex bench determinism mutation
 
 help:
 	@echo "make book      execute every chapter (papermill) and build _build/html/index.html from them (warnings = errors)"
@@ -56,6 +56,7 @@ help:
 	@echo "make reproduce every chapter with profile=full into $(REPRO)/, then a second book from them"
 	@echo "make pdf       the whole book as one PDF in $(BUILD)/pdf/ (installs TeX Live via apt-get if missing)"
 	@echo "make bench     rank-engine benchmark -> benchmarks/results/ (JSON + figures the book shows)"
+	@echo "make mutation  mutation testing of the core (mutmut) -> benchmarks/results/mutation.md, every survivor explained"
 	@echo "make determinism  execute every chapter twice, compare the text outputs"
 	@echo "make clean     remove _build and caches (keeps .venv);  make distclean also removes .venv"
 
@@ -301,6 +302,13 @@ latex: $(SETUP) tex
 bench: $(SETUP)
 	$(MPL_SCRIPTS) $(PY) benchmarks/verify_large.py
 	$(MPL_SCRIPTS) $(PY) benchmarks/rank_speed.py
+
+# Mutation testing of the core modules (pyproject.toml [tool.mutmut]; about an hour on 2 cores),
+# then the score and every survivor with its reason -> benchmarks/results/mutation.{json,md}.
+mutation: $(SETUP)
+	rm -rf mutants
+	$(MPL_SCRIPTS) $(BIN)/mutmut run --max-children 2
+	$(PY) benchmarks/mutation_report.py
 
 # Two independent executions of every chapter (papermill, profile $(PROFILE)); their text
 # outputs must be identical after the nbval_sanitize.cfg rules.

@@ -213,9 +213,9 @@ def applicable(config: AttentionConfig) -> str | None:
     It needs one layer whose only parameters are per-group projections and biases (no shared
     latent or gains, which would couple the groups) and H v <= d (W_O of full row rank).
     """
-    if getattr(config, "softcap", None) is not None:
+    if config.softcap is not None:
         return "softcap must be None (the structured route assumes uncapped scores)"
-    if getattr(config, "n_layers", 1) != 1:
+    if config.n_layers != 1:
         return f"n_layers={config.n_layers} must be 1 (one layer)"
     extra = [name for name in param_shapes(config) if name not in PLAIN_PARAMETERS]
     if extra:
@@ -456,16 +456,16 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
     norm_Wg = [torch.linalg.matrix_norm(W[g * m * v:(g + 1) * m * v], ord=2).item() for g in range(G)]
     ell = min(s_W.max().item() * max(norm_L), math.hypot(*(x * y for x, y in zip(norm_L, norm_Wg))))
     if math.isinf(a):           # every K_g is zero: S = output parameters only
-        sigma_r_lower = s
+        uncoupled = s
     elif a > 0 and s > 0:       # 1 / sqrt((1 + ell^2) / a^2 + 1 / s^2), see the module docstring
-        sigma_r_lower = 1.0 / math.sqrt((1.0 + ell * ell) / (a * a) + 1.0 / (s * s))
+        uncoupled = 1.0 / math.sqrt((1.0 + ell * ell) / (a * a) + 1.0 / (s * s))
     else:
-        sigma_r_lower = 0.0
+        uncoupled = 0.0
     t0 = time.perf_counter()
     coupled = coupled_lower_bound(blocks, s_W_all.flip(0), j, B * n, s) if blocks else 0.0
     seconds["coupled_bound"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    sigma_r_lower = max(sigma_r_lower, coupled)
+    sigma_r_lower = max(uncoupled, coupled)
 
     tau = roundoff_tolerance(math.hypot(s_W.max().item() * max(norm_JZ), s_Z.max().item()),
                              (B * n * d, P))
@@ -488,7 +488,8 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
         sigma_next = 0.0
     gap = sigma_r_lower / max(sigma_next, tau)
     seconds["upper_bound"] = time.perf_counter() - t0
-    factors = {"a": a, "b": b, "s": s, "coupled": coupled, "j": j, "seconds": seconds, "sigma_min_W": s_min_W, "sigma_max_W": s_W.max().item(),
+    factors = {"a": a, "b": b, "s": s, "coupled": coupled, "uncoupled": uncoupled, "j": j,
+               "seconds": seconds, "sigma_min_W": s_min_W, "sigma_max_W": s_W.max().item(),
                "sigma_min_Z": s, "sigma_max_Z": s_Z.max().item(),
                "min_block_sigma_r": min(sig_r) if sig_r else math.inf,
                "max_norm_QtJZ": max(norm_M), "ell": ell, "tolerance_upper": tau}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from idlib.attention import n_params
-from idlib.config import AttentionConfig
+from idlib.config import AttentionConfig, ConfigError
 from idlib.counting import (_standard_classes, count, factor_fiber, rope_commutant_dim,
                             rotation_classes, unidentified_ratio_mha)
 from idlib.rank import CERTIFY_GAP, measure, rank_from_singular_values
@@ -226,3 +226,16 @@ def test_rank_from_singular_values():
     rank, gap = rank_from_singular_values(torch.tensor([2.0, 1.0], dtype=torch.float64), (4, 2))
     assert rank == 2 and gap == pytest.approx(1.0 / (2 * 4 * eps))   # full rank: sigma_r / tau
     assert rank_from_singular_values(torch.zeros(3, dtype=torch.float64), (3, 3)) == (0, math.inf)
+
+
+def test_class_size_guard_fires_exactly_past_its_limit(monkeypatch):
+    """base 1e8 over 1000 planes walks 6 runs of class sizes (sizes 1..5 and the last cut): a limit
+    of 6 counts it, a limit of 5 refuses it with the rule named."""
+    import idlib.counting as counting
+    monkeypatch.setattr(counting, "MAX_CLASS_SIZES", 6)
+    assert sum(mu * n for mu, n in _standard_classes(1000, 1e8)[0].items()) == 1000
+    monkeypatch.setattr(counting, "MAX_CLASS_SIZES", 5)
+    with pytest.raises(ConfigError, match=r"rotary planes=1000 with rope_base=1e\+08: adjacent "
+                                          r"frequencies closer than the tolerance 1e-09 form more "
+                                          r"than 5 class sizes"):
+        _standard_classes(1000, 1e8)

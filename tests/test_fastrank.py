@@ -149,3 +149,183 @@ def test_coupled_bound_directions_and_dominance():
     uncoupled = 1 / math.sqrt((1 + s.factors["ell"] ** 2) / s.factors["a"] ** 2 + 1 / s.factors["s"] ** 2)
     assert s.sigma_r_lower == s.factors["coupled"] > 20 * uncoupled
     assert sv[rank - 1].item() / 20 < s.sigma_r_lower < sv[rank - 1].item()
+
+
+# -- every reported factor against its definition, computed densely --------------------------
+
+def _dense_factors(config, params, X):
+    """The module docstring's quantities from the dense Jacobian of the head outputs Z."""
+    from idlib.attention import unflatten
+    from idlib.certify import roundoff_tolerance
+    B, n = X.shape[0], X.shape[1]
+    H, G, m, v, d = config.n_heads, config.n_kv_heads, config.group_size, config.value_dim, config.d_model
+    theta = flatten(params)
+
+    def zmat(t):
+        Z = head_outputs(config, unflatten(config, t), X)
+        return Z.permute(0, 2, 1, 3).reshape(B * n, H * v)
+
+    JZ = torch.func.jacfwd(zmat)(theta)                                  # (Bn, Hv, P)
+    Zp = zmat(theta)
+    if config.has_bias("o"):
+        Zp = torch.cat([Zp, torch.ones(B * n, 1, dtype=Zp.dtype)], dim=1)
+    Q, R = torch.linalg.qr(Zp)
+    W = params["W_O"].reshape(H * v, d)
+    s_W = torch.linalg.svdvals(W)
+    out = {"s": torch.linalg.svdvals(Zp).min().item(), "sigma_max_Z": torch.linalg.svdvals(Zp).max().item(),
+           "sigma_min_W": s_W.min().item(), "sigma_max_W": s_W.max().item()}
+    sig_r, nM, nL, nJZ, ranks, norm_Wg = [], [], [], [], [], []
+    for g in range(G):
+        Jg = JZ[:, g * m * v:(g + 1) * m * v][..., group_parameter_index(config, g)]
+        M = torch.einsum("rc,rjp->cjp", Q, Jg)
+        K = (Jg - torch.einsum("rc,cjp->rjp", Q, M)).reshape(-1, Jg.shape[-1])
+        sv = torch.linalg.svdvals(K)
+        r_g, _ = rank_from_singular_values(sv, tuple(K.shape))
+        ranks.append(r_g)
+        sig_r.append(sv[r_g - 1].item())
+        nM.append(torch.linalg.matrix_norm(M.reshape(-1, M.shape[-1]), 2).item())
+        L = torch.linalg.solve_triangular(R, M.reshape(R.shape[0], -1), upper=True)
+        nL.append(torch.linalg.matrix_norm(L.reshape(-1, M.shape[-1]), 2).item())
+        nJZ.append(math.hypot(nM[-1], sv[0].item()))
+        norm_Wg.append(torch.linalg.matrix_norm(W[g * m * v:(g + 1) * m * v], 2).item())
+    out.update(min_block_sigma_r=min(sig_r), max_norm_QtJZ=max(nM), block_ranks=tuple(ranks),
+               a=s_W.min().item() * min(sig_r), b=s_W.max().item() * max(nM),
+               ell=min(s_W.max().item() * max(nL), math.hypot(*(x * y for x, y in zip(nL, norm_Wg)))))
+    out["tolerance_upper"] = roundoff_tolerance(math.hypot(s_W.max().item() * max(nJZ), out["sigma_max_Z"]),
+                                                (B * n * d, n_params(config)))
+    out["uncoupled"] = 1 / math.sqrt((1 + out["ell"] ** 2) / out["a"] ** 2 + 1 / out["s"] ** 2)
+    return out
+
+
+@pytest.mark.parametrize("kw", [dict(d_model=8, n_heads=2, bias="qkvo"),
+                                dict(d_model=8, n_heads=4, n_kv_heads=2, rope_fraction=1.0, bias="qv")],
+                         ids=["mha-biases", "gqa-rope"])
+def test_every_factor_is_its_definition(kw):
+    import time
+    config = AttentionConfig(**kw)
+    params, X = _setup(config)
+    t0 = time.perf_counter()
+    s = structured_rank(config, params, X)
+    elapsed = time.perf_counter() - t0
+    want = _dense_factors(config, params, X)
+    assert s.block_ranks == want.pop("block_ranks")
+    for key, value in want.items():
+        assert math.isclose(s.factors[key], value, rel_tol=1e-7), key
+    J, sv, rank, _ = _dense(config, params, X)
+    assert s.factors["uncoupled"] <= sv[rank - 1].item()
+    assert s.sigma_r_lower == max(s.factors["uncoupled"], s.factors["coupled"])
+    assert s.gap == s.sigma_r_lower / max(s.sigma_next_upper, s.factors["tolerance_upper"])
+    assert s.factors["j"] == coupled_directions(config.n_heads * config.value_dim, X.shape[0] * X.shape[1])
+    # the u upper bounds sigma_i(J V) dominate J's u smallest singular values, in order
+    u = n_params(config) - rank
+    assert s.kernel_singular_values.numel() == u
+    assert torch.all(sv[rank:].flip(0) <= s.kernel_singular_values.sort().values * (1 + 1e-6) + 1e-15)
+    assert s.sigma_next_upper == s.kernel_singular_values.max().item()
+    assert all(g >= 1e4 for g in s.block_gaps)
+    timings = s.factors["seconds"]
+    assert set(timings) == {"blocks", "block_svd", "coupled_bound", "upper_bound"}
+    assert all(0 <= t <= elapsed for t in timings.values()) and sum(timings.values()) <= elapsed
+
+
+def test_norm2_bounds_the_spectral_norm_from_above_within_1e_10():
+    from idlib.fastrank import _norm2
+    gen = torch.Generator().manual_seed(3)
+    for shape, scale in (((7, 3), 1.0), ((3, 7), 1.0), ((5, 5), 1e-3)):
+        A = scale * torch.randn(*shape, generator=gen, dtype=torch.float64)
+        true = torch.linalg.matrix_norm(A, 2).item()
+        assert true <= _norm2(A) <= true * (1 + 2e-10)
+
+
+def test_applicable_names_each_rule():
+    assert applicable(AttentionConfig(d_model=8, n_heads=2, softcap=50.0)) == \
+        "softcap must be None (the structured route assumes uncapped scores)"
+    assert applicable(AttentionConfig(d_model=8, n_heads=2, n_layers=2)) == "n_layers=2 must be 1 (one layer)"
+    assert applicable(AttentionConfig(d_model=8, n_heads=2, qk_norm="gain")) == (
+        "parameters g_Q, g_K are shared across key/value groups (only per-group projections and "
+        "biases are supported)")
+    assert applicable(AttentionConfig(d_model=8, n_heads=2, bias="qkvo", rope_fraction=1.0)) is None
+    assert coupled_directions(64, 5000) == 1 and coupled_directions(1, 10) == 0
+
+
+def test_explicit_frequencies_reach_every_part():
+    """Two planes with one frequency: a larger commutant; both routes see the given angles."""
+    config = AttentionConfig(d_model=8, n_heads=2, rope_fraction=1.0)
+    params, X = _setup(config)
+    freqs = torch.tensor([0.7, 0.7], dtype=torch.float64)
+    s = structured_rank(config, params, X, frequencies=freqs)
+    dense = measure(config, params=params, frequencies=freqs, method="dense")
+    assert s.rank == dense.rank == count(config, freqs).identified < count(config).identified
+    Z = head_outputs(config, params, X, freqs)
+    out = torch.einsum("bhnv,hvd->bnd", Z, params["W_O"])
+    assert torch.allclose(out, forward(config, params, X, freqs), rtol=0, atol=1e-12)
+    assert not torch.allclose(Z, head_outputs(config, params, X), atol=1e-6)
+
+
+# -- the coupled bound's test and search, against the matrix inequality itself ------------------
+
+def _synthetic_blocks(seed=0, groups=2, r=5, rows=3, j=2):
+    gen = torch.Generator().manual_seed(seed)
+    rnd = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64)  # noqa: E731
+    blocks = []
+    for _ in range(groups):
+        S = torch.linspace(3.0, 1.0, r, dtype=torch.float64) + 0.1 * rnd(r).abs()
+        B = rnd(r, r)
+        blocks.append((S.sort(descending=True).values, 0.3 * rnd(rows * j, r), 0.2 * (B @ B.T)))
+    return blocks
+
+
+def _dense_passes(blocks, lam, alpha, delta, rows, s):
+    """alpha Sigma^2 - lam N - (T Sigma)^T Delta (T Sigma) >= 0 with the SAFETY margins, by solves."""
+    from idlib.fastrank import SAFETY
+    c = 1.0 / (1.0 - lam / (s * s))
+    w2 = delta.repeat(rows)
+    gram = 0.0
+    for S, TS, ML in blocks:
+        A = torch.diag(alpha * S * S - lam - SAFETY * alpha * S[0].item() ** 2) - lam * c * ML
+        if torch.linalg.eigvalsh(A)[0].item() <= 0:
+            return False
+        if delta.numel():
+            gram = gram + (TS * w2.sqrt()[:, None]) @ torch.linalg.solve(
+                A, (TS * w2.sqrt()[:, None]).T)
+    return delta.numel() == 0 or torch.linalg.eigvalsh(gram)[-1].item() <= 1.0 - SAFETY
+
+
+def _threshold(blocks, alpha, delta, rows, s, hi):
+    lo = 0.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _dense_passes(blocks, mid, alpha, delta, rows, s) else (lo, mid)
+    return lo
+
+
+@pytest.mark.parametrize("s", [50.0, 2.0], ids=["s-large", "s-small"])
+def test_coupled_test_decides_the_matrix_inequality(s):
+    from idlib.fastrank import _coupled_test
+    blocks = _synthetic_blocks()
+    alpha, delta, rows = 1.5, torch.tensor([0.9, 0.4], dtype=torch.float64), 3
+    star = _threshold(blocks, alpha, delta, rows, s, hi=min(s * s / 2, alpha))
+    assert 0 < star < s * s / 2
+    assert _coupled_test(blocks, star * (1 - 1e-7), alpha, delta, rows, s)
+    assert not _coupled_test(blocks, star * (1 + 1e-7), alpha, delta, rows, s)
+    empty = torch.zeros(0, dtype=torch.float64)          # j = 0: only the Cholesky factors decide
+    star0 = _threshold(blocks, alpha, empty, rows, s, hi=min(s * s / 2, 4 * alpha))
+    assert star0 > star
+    assert _coupled_test(blocks, star0 * (1 - 1e-7), alpha, empty, rows, s)
+    assert not _coupled_test(blocks, star0 * (1 + 1e-7), alpha, empty, rows, s)
+
+
+@pytest.mark.parametrize("s", [50.0, 1.2], ids=["top-from-blocks", "top-from-s"])
+def test_coupled_lower_bound_is_the_best_grid_point(s):
+    """sqrt(lam) with lam = lam_top 4^-i 2^(k/4) the largest passing grid point, within 2^(1/4)."""
+    from idlib.fastrank import coupled_lower_bound
+    blocks, rows, j = _synthetic_blocks(seed=1), 3, 2
+    s_W = torch.tensor([0.2, 0.7, 1.3, 2.0], dtype=torch.float64)      # ascending
+    alpha = s_W[j].item() ** 2
+    delta = alpha - s_W[:j] ** 2
+    lam_top = min(s * s / 2, alpha * min(S[-1].item() for S, _, _ in blocks) ** 2)
+    star = _threshold(blocks, alpha, delta, rows, s, hi=lam_top)
+    got = coupled_lower_bound(blocks, s_W, j, rows, s) ** 2
+    assert star / 2 ** 0.25 < got <= star
+    k = math.log2(lam_top / got) * 4                                    # a whole number of quarter octaves
+    assert abs(k - round(k)) < 1e-9 and round(k) >= 8
+    assert coupled_lower_bound([(S, TS, 1e6 * ML) for S, TS, ML in blocks], s_W, j, rows, s) < math.sqrt(got)

@@ -133,3 +133,50 @@ def test_command_line(capsys, tmp_path):
 def test_check_derived_latent_accepts_the_shipped_models():
     check_derived_latent(V2_LITE)
     check_derived_latent(V3)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(kv_latent=1), "kv_latent=1 must be in 2..d_model=2048 (the count for a latent wider than "
+                        "the model, or of one dimension, is not derived)"),
+    (dict(q_latent=1), "q_latent=1 must be in 2..d_model=2048"),
+    (dict(kv_latent=2049), "kv_latent=2049 must be in 2..d_model=2048"),
+    (dict(n_heads=1, nope_dim=8, value_dim=8, rope_dim=8, kv_latent=17),
+     "kv_latent=17 must be at most the 16 dims its up projections write (the count for a latent "
+     "they cannot all see is not derived)"),
+    (dict(n_heads=1, nope_dim=8, value_dim=8, rope_dim=8, kv_latent=16, q_latent=17),
+     "q_latent=17 must be at most the 16 dims its up projections write"),
+    (dict(nope_dim=513), "nope_dim=513 must be at most 512 (the query input and kv_latent): the count "
+                         "for a head wider than what it reads is not derived"),
+    (dict(value_dim=513), "value_dim=513 must be at most 512 (d_model and kv_latent)"),
+    (dict(q_latent=16, nope_dim=8, rope_dim=18), "rope_dim=18 must be at most 16 (the query input and d_model)"),
+    (dict(q_latent=16, nope_dim=17), "nope_dim=17 must be at most 16 (the query input and kv_latent)"),
+])
+def test_latent_rules_name_the_field_and_the_rule(change, message):
+    with pytest.raises(ConfigError) as e:
+        count(V2_LITE.replace(**change))
+    assert str(e.value).startswith(message)
+
+
+@pytest.mark.parametrize("change", [
+    dict(kv_latent=2, nope_dim=2, value_dim=2), dict(kv_latent=2048, nope_dim=64, value_dim=64),
+    dict(q_latent=2, nope_dim=2, rope_dim=2),
+    dict(q_latent=2048), dict(n_heads=1, nope_dim=8, value_dim=8, rope_dim=8, kv_latent=16),
+    dict(n_heads=1, nope_dim=8, value_dim=8, rope_dim=8, kv_latent=16, q_latent=16),
+    dict(nope_dim=512, value_dim=512), dict(q_latent=64, rope_dim=64, nope_dim=64),
+])
+def test_latent_rules_allow_their_bounds(change):
+    """Each bound of check_derived_latent is inclusive, and both latents are checked."""
+    c = V2_LITE.replace(**change)
+    check_derived_latent(c)
+    assert count(c).total == n_params(c)
+
+
+def test_latent_count_with_a_rotation_fixed_plane():
+    """A RoPE base of 1 turns every plane by 1 rad: one class of p/2 planes, commutant 2 (p/2)^2;
+    the RoPE key bias is still identified (no plane is fixed by every rotation)."""
+    c = V2_LITE.replace(rope_base=1.0, bias=True)
+    comps = {x.name: x.unidentified for x in count(c).components}
+    assert comps["rope"] == 2 * 32 ** 2 and comps["b_KR"] == 0
+    frequencies = [0.0] * 31 + [1.0]      # 31 planes fixed by every rotation: 62 dims at +1
+    comps = {x.name: x.unidentified for x in count(c, frequencies).components}
+    assert comps["b_KR"] == 62 and comps["rope"] == 62 ** 2 + 2

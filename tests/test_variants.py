@@ -2,6 +2,8 @@
 
 Every closed-form count below is checked against the measured Jacobian rank (certified gap).
 """
+import math
+
 import pytest
 import torch
 
@@ -68,6 +70,16 @@ def test_building_blocks():
     assert latent_fiber(6, 3, 2, False) == (6, 18 + 6 - 12, 0)  # C >= N: factorisation fiber
     assert latent_fiber(4, 6, 8, False) == (4, 24, 2)           # C > d: W_DKV all unidentified
     assert latent_fiber(6, 3, 8, True) == (3, 4, 0)             # O(3) and one scale
+    assert latent_fiber(6, 4, 4, False) == (6, 16, 0)           # C = N < d: the factorisation
+
+
+def test_building_blocks_with_rotations_by_0_and_pi():
+    """Planes turned by pi (eigenvalue -1) or 0 (+1) count like pass-through dims; counts are ints."""
+    pi = math.pi
+    values = [orthogonal_commutant_dim([pi, pi, 1.0], 0),      # U(1) x O(4) on the two pi planes
+              orthogonal_commutant_dim([0.0], 1),              # O(3): a fixed plane and a pass dim
+              gain_fiber([pi], 0), gain_fiber([0.0, pi], 1), latent_fiber(6, 3, 8, True)[1]]
+    assert values == [1 + 6, 3, 2, 3 + 2, 4] and all(type(x) is int for x in values)
 
 
 def test_defaults_and_old_counts_unchanged():
