@@ -101,3 +101,13 @@ def test_no_circle_between_certify_rank_and_fastrank():
     assert not {"rank", "fastrank"} & _imports("certify")
     assert "rank" not in _imports("fastrank") and "certify" in _imports("fastrank")
     assert {"certify", "fastrank"} <= _imports("rank")
+
+
+def test_format_gap_below_one_and_defaults_of_the_retry_loop():
+    assert [format_gap(g) for g in (0.5, 0.01)] == ["1e-1-1e0", "1e-2-1e-1"]
+    config = AttentionConfig(d_model=4, n_heads=2)
+    m, attempts = measure_until_certified(config)           # defaults: seed 0, one attempt
+    assert [a["seed"] for a in attempts] == [0] and attempts[0]["rank"] == m.rank
+    assert attempts[0]["qk_scale"] == 1.0 and m.method == "dense"
+    m, _ = measure_until_certified(AttentionConfig(d_model=24, n_heads=4), method="structured")
+    assert m.method == "structured"                        # keyword arguments reach measure

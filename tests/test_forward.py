@@ -135,3 +135,10 @@ def test_param_shapes_and_flat_vector():
     assert torch.equal(theta[sl["W_V"]].reshape(2, 6, 5), p["W_V"])
     assert torch.equal(init_params(config, seed=5)["W_Q"], p["W_Q"])          # seeded
     assert not torch.equal(init_params(config, seed=6)["W_Q"], p["W_Q"])
+
+
+def test_forward_sdpa_runs_the_residual_stack():
+    config = AttentionConfig(d_model=8, n_heads=2, n_layers=2, kv_share=2, causal=True)
+    p = init_params(config, 0)
+    X = random_inputs(config, 2, 5, 0)
+    assert torch.allclose(forward_sdpa(config, p, X), forward(config, p, X), rtol=0, atol=1e-12)

@@ -180,3 +180,11 @@ def test_latent_count_with_a_rotation_fixed_plane():
     frequencies = [0.0] * 31 + [1.0]      # 31 planes fixed by every rotation: 62 dims at +1
     comps = {x.name: x.unidentified for x in count(c, frequencies).components}
     assert comps["b_KR"] == 62 and comps["rope"] == 62 ** 2 + 2
+
+
+def test_latent_components_with_biases_are_named_and_keep_their_config():
+    c = count(V3.replace(bias=True))
+    assert [x.name for x in c.components] == ["q_latent", "kv_latent", "qk", "rope", "vo", "b_DQ",
+                                              "b_DKV", "b_KR", "b_O"]
+    assert c.config == V3.replace(bias=True)
+    assert [x.name for x in count(V2_LITE.replace(bias=True)).components][-3:] == ["b_DKV", "b_KR", "b_O"]

@@ -99,6 +99,10 @@ def test_spread_params_doubles_query_and_key_weights_only():
     p, q = init_params(c, 3), spread_params(c, 3)
     assert all((q[k] == 2 * p[k]).all() for k in ("W_Q", "W_K"))
     assert all((q[k] == p[k]).all() for k in p if k not in ("W_Q", "W_K"))
+    latent = AttentionConfig(d_model=6, n_heads=2, kv_latent=4)     # keys come through W_UK
+    p, q = init_params(latent, 3), spread_params(latent, 3)
+    assert all((q[k] == 2 * p[k]).all() for k in ("W_Q", "W_UK"))
+    assert all((q[k] == p[k]).all() for k in p if k not in ("W_Q", "W_UK"))
 
 
 def test_retries_stop_at_the_first_certified_attempt():

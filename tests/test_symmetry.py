@@ -414,3 +414,29 @@ def test_head_permutation_is_a_symmetry_and_bad_permutations_are_refused():
     assert torch.equal(ql["W_UK"][0], pl["W_UK"][1]) and torch.equal(ql["W_UV"][1], pl["W_UV"][0])
     assert torch.equal(ql["b_V"][0], pl["b_V"][1]) and torch.equal(ql["W_DKV"], pl["W_DKV"])
     assert _rel_change(latent, pl, ql) <= 1e-12
+
+
+def test_unsupported_group_actions_say_where_the_count_is_checked():
+    cases = [(dict(qk_norm="whole"), "idlib.symmetry: the group action for qk_norm='whole' is not "
+                                     "implemented here; idlib.implementations.whole_norm_action applies it"),
+             (dict(qk_norm="layernorm", rope_fraction=1.0, head_dim=4),
+              "idlib.symmetry: the group action for qk_norm='layernorm' is not implemented; its count "
+              "is checked against the measured rank of the real modules instead")]
+    for kw, message in cases:
+        config = AttentionConfig(d_model=8, n_heads=2, **kw)
+        with pytest.raises(NotImplementedError) as e:
+            random_group_element(config, init_params(config, 0))
+        assert str(e.value) == message
+
+
+@pytest.mark.parametrize("kv_share", [1, 2])
+def test_gain_exchange_in_a_stack_moves_each_run_together(kv_share):
+    """A stack with QK-norm gains: layers of one key/value run share the exchange exp(s)."""
+    config = AttentionConfig(d_model=8, n_heads=2, qk_norm="gain", n_layers=2, kv_share=kv_share)
+    p = init_params(config, 0)
+    q = random_group_element(config, p, seed=1)
+    X = random_inputs(config, 2, 6, 0)
+    assert torch.allclose(forward(config, q, X), forward(config, p, X), rtol=0, atol=1e-12)
+    ratio = q["g_Q"] / p["g_Q"]                              # (layers, k)
+    assert not torch.allclose(ratio, torch.ones_like(ratio))
+    assert torch.allclose(ratio[0], ratio[1]) == (kv_share == 2)
