@@ -142,3 +142,26 @@ def test_forward_sdpa_runs_the_residual_stack():
     p = init_params(config, 0)
     X = random_inputs(config, 2, 5, 0)
     assert torch.allclose(forward_sdpa(config, p, X), forward(config, p, X), rtol=0, atol=1e-12)
+
+
+def test_a_stack_passes_explicit_frequencies_to_every_layer():
+    from idlib.attention import layer_config, layer_params
+    config = AttentionConfig(d_model=8, n_heads=2, rope_fraction=1.0, n_layers=2, causal=True)
+    p = init_params(config, 0)
+    X = random_inputs(config, 2, 5, 0)
+    freqs = torch.tensor([0.3, 1.1], dtype=torch.float64)
+    Y = X
+    for layer in range(2):
+        Y = Y + forward(layer_config(config), layer_params(config, p, layer), Y, freqs)
+    assert torch.allclose(forward(config, p, X, freqs), Y, rtol=0, atol=1e-13)
+    assert not torch.allclose(forward(config, p, X), Y, atol=1e-6)
+
+
+def test_softcap_is_c_tanh_of_the_scores():
+    from idlib.attention import attention_weights, project
+    config = AttentionConfig(d_model=8, n_heads=2, causal=True, softcap=0.5)
+    p = init_params(config, 0)
+    q, k, _ = project(config, p, random_inputs(config, 2, 5, 0))
+    s = q @ k.transpose(-1, -2) / 2.0                       # head_dim 4
+    s = 0.5 * torch.tanh(s / 0.5) + torch.full((5, 5), float("-inf")).triu(1)
+    assert torch.allclose(attention_weights(config, q, k), torch.softmax(s, dim=-1), rtol=0, atol=1e-14)

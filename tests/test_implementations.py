@@ -117,3 +117,21 @@ def test_qk_layernorm_modules_agree(family, kw, qk_norm, identified):
     """StableLM's per-head QK LayerNorm and Phi/Persimmon's shared one (gain and shift)."""
     c = impl.check(family, qk_layernorm=True, **kw)
     assert c.config.qk_norm == qk_norm and c.rank == c.identified == identified and c.agrees
+
+
+@pytest.mark.parametrize("family, kw", [
+    ("llama", dict(rope_fraction=1.0, bias=True)), ("olmo2", dict(rope_fraction=1.0, bias=True)),
+    ("olmoe", dict(G=1, rope_fraction=1.0)), ("qwen3", dict(rope_fraction=1.0)),
+    ("falcon", dict(rope_fraction=1.0, bias=True)), ("gpt_neox", dict(rope_fraction=0.5, bias=True)),
+    ("phi", dict(rope_fraction=0.5)), ("gpt2", {}), ("bert", {}),
+    ("gemma2", dict(rope_fraction=1.0, bias=True, query_pre_attn_scalar=4))])   # capped, scale 1/sqrt(k)
+def test_idlib_forward_is_the_real_modules_function(family, kw):
+    """On the module's own weights (to_params), idlib.attention.forward gives the module's output
+    (to float32 round-off of the modules' rotary frequencies): the layer idlib counts is the layer
+    people run, QK-norm over all heads (OLMo 2, OLMoE) and gains (Qwen3) included."""
+    from idlib.attention import forward as idlib_forward
+    built = impl.build(family, **{**dict(d=8, H=2, G=2, k=4), **kw})
+    X = impl.inputs(built.config, 0, n_sequences=2)
+    with torch.no_grad():
+        ours, theirs = idlib_forward(built.config, impl.to_params(built), X), impl.forward(built, X)
+    assert float((ours - theirs).abs().max() / theirs.abs().max()) < 1e-7

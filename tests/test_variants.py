@@ -222,3 +222,22 @@ def test_labelled_checks_pair_each_label_with_its_closed_form_and_measurement():
 def test_labelled_checks_refuse_a_bad_layer_by_its_field():
     with pytest.raises(ConfigError, match="kv_latent=0 must be at least 1"):
         labelled_checks([("bad", dict(d_model=4, kv_latent=0))])
+
+
+@pytest.mark.parametrize("qk_norm", ["layernorm", "layernorm_shared", "whole", "plain", "gain"])
+def test_qk_norms_are_the_formulas_they_name(qk_norm):
+    """project() against torch's own layer_norm / an explicit RMS over the named axes (eps = 0)."""
+    from idlib.attention import project
+    F = torch.nn.functional
+    config = AttentionConfig(d_model=8, n_heads=2, head_dim=4, qk_norm=qk_norm)
+    p = init_params(config, 1)
+    X = random_inputs(config, 2, 5, 0)
+    q, k, _ = project(config, p, X)
+    q0 = torch.einsum("bnd,hdk->bhnk", X, p["W_Q"])
+    rms = lambda y, dims: y / y.pow(2).mean(dim=dims, keepdim=True).sqrt()  # noqa: E731
+    want = {"layernorm": lambda: F.layer_norm(q0, (4,), eps=0.0) * p["g_Q"][:, None, :],
+            "layernorm_shared": lambda: F.layer_norm(q0, (4,), p["g_Q"], p["c_Q"], eps=0.0),
+            "whole": lambda: p["g_Q"][:, None, :] * rms(q0, (1, 3)),
+            "plain": lambda: rms(q0, -1), "gain": lambda: rms(q0, -1) * p["g_Q"]}[qk_norm]()
+    assert torch.allclose(q, want, rtol=1e-10, atol=1e-12)
+    assert k.shape == q.shape
