@@ -165,3 +165,19 @@ def test_softcap_is_c_tanh_of_the_scores():
     s = q @ k.transpose(-1, -2) / 2.0                       # head_dim 4
     s = 0.5 * torch.tanh(s / 0.5) + torch.full((5, 5), float("-inf")).triu(1)
     assert torch.allclose(attention_weights(config, q, k), torch.softmax(s, dim=-1), rtol=0, atol=1e-14)
+
+
+def test_defaults_are_seed_zero_and_the_documented_laws():
+    """init_params: weights N(0, 1/fan_in), biases N(0, 1/4), gains 1 + N(0, 1/4); inputs from
+    seed 10_000 + seed; every default seed is 0."""
+    config = AttentionConfig(d_model=8, n_heads=2, bias="qkvo", qk_norm="gain")
+    p, p0 = init_params(config), init_params(config, 0)
+    assert all(torch.equal(p[k], p0[k]) for k in p)
+    big = init_params(AttentionConfig(d_model=64, n_heads=1, bias="qkvo", qk_norm="gain"), 0)
+    assert abs(big["W_Q"].std().item() * math.sqrt(64) - 1) < 0.05
+    assert abs(big["b_Q"].std().item() - 0.5) < 0.15 and abs(big["g_Q"].mean().item() - 1) < 0.2
+    X = random_inputs(config, 2, 3)
+    want = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(10_000), dtype=torch.float64)
+    assert torch.equal(X, random_inputs(config, 2, 3, 0)) and torch.equal(X, want)
+    assert torch.equal(random_inputs(config, 2, 3, 1),
+                       torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(10_001), dtype=torch.float64))
