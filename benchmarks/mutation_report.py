@@ -25,8 +25,37 @@ STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests"
           36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout",
           None: "not checked"}
 
-# (reason, function pattern, pattern the removed or added line must match)
-RULES: list[tuple[str, str, str]] = []
+# (reason, pattern of the mutated function, pattern the mutated line must match)
+RULES: list[tuple[str, str, str]] = [
+    ("equivalent: einsum subscripts in upper case name the same axes", r".",
+     r'einsum\("[A-Z.,]+->[A-Z.]+"'),
+    ("equivalent: NORM_EPS is 0, adding or subtracting it is the same", r".", r"- NORM_EPS"),
+    ("equivalent: float('-INF') is float('-inf')", r".", r'float\("-INF"\)'),
+    ("equivalent: on a 4-d tensor transpose(-1, +2) is transpose(-1, -2)", r"attention_weights",
+     r"transpose\(-1, \+2\)"),
+    ("equivalent: the score matrix is square (n x n), shape[-2] is shape[-1]", r"attention_weights",
+     r"scores\.shape\[-2\]"),
+    ("equivalent: full_matrices defaults to True, and only the leading singular vectors are used",
+     r"symmetry\.x_(null_space|tangent_basis)", r"svd\((M|T), (\)|full_matrices=True\))"),
+    ("equivalent: R is square (k x k), shape[1] is shape[0]", r"symmetry\.x_(commutant_basis|gain_exchange_basis)",
+     r"R\.shape\[1\]"),
+    ("equivalent: the identity and the offsets are exact in any dtype and promote to float64",
+     r"symmetry\.x_(rotation_matrix|_rotation_chart)", r"(dtype=None|eye\(k, \)|offset, \)\))"),
+    ("equivalent: labels and counts are integers whatever the dtype argument (torch infers long)",
+     r"counting\.x__group", r"(dtype=None|torch\.zeros\(n, \)|len\(phi\), \)|torch\.zeros\(0, \))"),
+    ("equivalent: a tie (a singular value, gap or angle exactly at its threshold) that generic inputs do not reach",
+     r"(symmetry\.x_(null_space|tangent_basis|gain_exchange_basis)|counting\.x__group)", r"(>=|<=)"),
+    ("equivalent: at k = d_in (v = d_in) the null-move count is 0 either way",
+     r"symmetry\.x__rotation_chart", r"if (k|v) >= d_in"),
+    ("equivalent: a stack's only non-per-layer tensors are W_K, W_V, b_K, g_K (a stack with latent, "
+     "v/o biases or LayerNorm QK-norm is refused by check_derived)", r"attention\.x_layer_params", r"or True"),
+    ("equivalent: for a one-layer config replace(n_layers=1, kv_share=1) is the config itself",
+     r"attention\.x_layer_config", r"and False"),
+    ("performance only: the chunk sizes of the vectorised Jacobians", r"(fastrank|rank)\\.",
+     r"(jchunk = |chunk: int = )"),
+    ("diagnostics only: the timings in factors['seconds'] (their keys and range are tested)",
+     r"fastrank\.x_structured_rank", r"seconds"),
+]
 
 
 def results() -> dict[str, str]:
@@ -48,8 +77,9 @@ def diff(name: str) -> list[str]:
 
 def explain(name: str, lines: list[str]) -> str | None:
     function = name.split("__mutmut_")[0]
+    added = [line[1:] for line in lines if line.startswith("+")]
     for reason, fpat, lpat in RULES:
-        if re.search(fpat, function) and any(re.search(lpat, line) for line in lines):
+        if re.search(fpat, function) and any(re.search(lpat, line) for line in added):
             return reason
     return None
 

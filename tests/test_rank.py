@@ -108,3 +108,16 @@ def test_random_commutant_commutes_and_does_not_depend_on_the_basis(monkeypatch)
     monkeypatch.setattr(rs, "commutant_basis", lambda _: rotated)
     assert torch.allclose(rs.random_commutant(R, seed=4), M, rtol=0, atol=1e-12)
     assert not torch.allclose(rs.random_commutant(R, seed=5), M, atol=1e-3)
+
+
+def test_jacobian_takes_every_sequence_in_chunks():
+    """70 sequences of 3 tokens: two chunks of at most 64; every row is the layer's own."""
+    from idlib.attention import forward, init_params, random_inputs
+    from idlib.rank import jacobian
+    config = AttentionConfig(d_model=2, n_heads=1)
+    p = init_params(config, 0)
+    X = random_inputs(config, 70, 3, 0)
+    J = jacobian(config, p, X)
+    assert J.shape == (70 * 3 * 2, 16)
+    last = jacobian(config, p, X[-1:])
+    assert torch.allclose(J[-6:], last, rtol=0, atol=1e-14)
