@@ -10,10 +10,14 @@ per layer type or not; ``text_config`` of multimodal models) and the older ones
 
 Refused, with the rule named (never guessed): an unknown ``model_type`` (say what it is with
 ``family=``), a field whose value changes the attention function in a way the count does not
-derive (ALiBi, relative-key positions, clipped q/k/v, LayerNorm QK-norm, per-layer RoPE
-switches, ...), and any attention-looking field (name matching :data:`_SUSPECT`) that is not in
-the family's list of read fields or in :data:`HARMLESS` (fields that provably leave the count
-unchanged, each with its reason).
+derive (ALiBi, relative-key positions, clipped q/k/v, per-layer RoPE switches, ...), and any
+attention-looking field (name matching :data:`_SUSPECT`) that is not in the family's list of
+read fields or in :data:`HARMLESS` (fields that provably leave the count unchanged, each with
+its reason).
+
+Multi-head latent attention (DeepSeek V2, V3) is not an AttentionConfig layer:
+:func:`latent_fields_from_hf` reads it into a :class:`~idlib.config.LatentAttentionConfig`, and
+:func:`config_from_hf` returns whichever of the two the config describes.
 """
 from __future__ import annotations
 
