@@ -18,9 +18,12 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent
+ROOT = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO      # where mutmut ran (mutants/ in it)
 MUTANTS = ROOT / "mutants"
-OUT = ROOT / "benchmarks" / "results"
+OUT = REPO / "benchmarks" / "results"
+# optional: survivors of that run re-run against tests added since (name -> killed), as JSON
+RECHECKED = json.loads(Path(sys.argv[2]).read_text()) if len(sys.argv) > 2 else {}
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped",
           36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout",
           None: "not checked"}
@@ -64,6 +67,8 @@ def results() -> dict[str, str]:
     for meta in sorted(MUTANTS.glob("idlib/**/*.meta")):
         for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
             out[name] = STATUS.get(code, "suspicious")
+            if out[name] == "survived" and RECHECKED.get(name):
+                out[name] = "killed"
     return out
 
 
@@ -107,20 +112,28 @@ def main() -> int:
     judged = detected + total["survived"]
     summary = {"modules": {m: dict(c) for m, c in sorted(per_module.items())}, "total": dict(total),
                "score": detected / judged if judged else None,
+               "killed_by_tests_added_after_the_run": sorted(n for n, k in RECHECKED.items() if k),
                "explained": sum(s["reason"] is not None for s in survivors),
                "unexplained": [s["mutant"] for s in survivors if s["reason"] is None]}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "mutation.json").write_text(json.dumps({"summary": summary, "survivors": survivors}, indent=1))
     lines = ["# Mutation score of idlib's core", "",
-             "| module | mutants | killed | timeout | survived | no tests | score |",
-             "| :-- | --: | --: | --: | --: | --: | --: |"]
+             "| module | mutants | killed | timeout | survived | no tests | not checked | score |",
+             "| :-- | --: | --: | --: | --: | --: | --: | --: |"]
     for m, c in sorted(per_module.items()):
         j = c["killed"] + c["timeout"] + c["survived"]
+        score = f"{(c['killed'] + c['timeout']) / j:.1%}" if j else "-"
         lines.append(f"| {m} | {sum(c.values())} | {c['killed']} | {c['timeout']} | {c['survived']} | "
-                     f"{c['no tests']} | {(c['killed'] + c['timeout']) / j:.1%} |")
+                     f"{c['no tests']} | {c['not checked']} | {score} |")
     lines.append(f"| all | {sum(total.values())} | {total['killed']} | {total['timeout']} | "
-                 f"{total['survived']} | {total['no tests']} | {summary['score']:.1%} |")
-    lines += ["", "score = (killed + timeout) / (killed + timeout + survived).", "",
+                 f"{total['survived']} | {total['no tests']} | {total['not checked']} | "
+                 f"{summary['score']:.1%} |")
+    lines += ["", "score = (killed + timeout) / (killed + timeout + survived); *not checked*: "
+              "mutants the run did not reach.", ""]
+    if RECHECKED:
+        lines += [f"{len(summary['killed_by_tests_added_after_the_run'])} of the run's survivors are "
+                  "killed by tests added after it (re-run against them; counted as killed).", ""]
+    lines += [
               "## Survivors, by reason", ""]
     by_reason: dict[str, list] = defaultdict(list)
     for s in survivors:

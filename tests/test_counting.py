@@ -239,3 +239,22 @@ def test_class_size_guard_fires_exactly_past_its_limit(monkeypatch):
                                           r"frequencies closer than the tolerance 1e-09 form more "
                                           r"than 5 class sizes"):
         _standard_classes(1000, 1e8)
+
+
+def test_frequency_and_base_refusals_word_for_word():
+    config = AttentionConfig(d_model=8, n_heads=2, rope_fraction=1.0)
+    with pytest.raises(ConfigError) as e:
+        count(config, [0.1, 0.2, 0.3])
+    assert str(e.value) == ("frequencies: 3 given, but the layer has rotary_dim / 2 = 2 rotation "
+                            "planes (one frequency each)")
+    with pytest.raises(ConfigError) as e:
+        count(config, 0.5)
+    assert str(e.value) == "frequencies=0.5 must be a sequence of numbers"
+    huge = AttentionConfig(d_model=2 ** 23 + 2, n_heads=1, rope_fraction=1.0, rope_base=0.5)
+    with pytest.raises(ConfigError) as e:
+        count(huge)
+    assert str(e.value) == (f"rope_base=0.5 < 1 with {2 ** 22 + 1} rotation planes: at most "
+                            f"{2 ** 22} are counted")
+    with pytest.raises(ConfigError) as e:
+        count(config, [0.1, float("nan")])
+    assert str(e.value) == "frequencies must be finite numbers"
