@@ -117,7 +117,12 @@ def main() -> int:
                "unexplained": [s["mutant"] for s in survivors if s["reason"] is None]}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "mutation.json").write_text(json.dumps({"summary": summary, "survivors": survivors}, indent=1))
+    stats = MUTANTS / "mutmut-stats.json"
+    commit = json.loads(stats.read_text()).get("git_commit", "?") if stats.exists() else "?"
+    summary["run_at_commit"] = commit
     lines = ["# Mutation score of idlib's core", "",
+             f"mutmut 3.8.1 run over the sources and tests of commit {commit[:10]}"
+             + (" (survivors then re-run against the tests added after it)" if RECHECKED else "") + ".", "",
              "| module | mutants | killed | timeout | survived | no tests | not checked | score |",
              "| :-- | --: | --: | --: | --: | --: | --: | --: |"]
     for m, c in sorted(per_module.items()):
