@@ -121,7 +121,7 @@ Memory (float64): one group's block at a time, 3 x 8 B n m v P_g bytes; kept per
 8 (B n j r_g + r_g^2) bytes; the lifted kernel, 3 x 8 P u; J V, 2 x 8 B n d u.  J itself
 (8 B n d P bytes, 60 GB at d = 128) is never formed.  Measured on this project's 2-core
 machine (``make bench`` records the figures in benchmarks/results/): d = 64, H = 8 (P = 16,384)
-in ~40 s and 2.5 GB, certified gap ~4e7; d = 128, H = 16 (P = 65,536) in ~6 minutes and 9.2 GB
+in ~40 s and 2.5 GB, certified gap ~4e7; d = 128, H = 16 (P = 65,536) in ~6 minutes and 11.5 GB
 peak, certified gap 1.2e6; with 4 key/value groups 1.2e6, full RoPE 1.3e6, all four biases 3.3e5
 (benchmarks/results/verify_large.json).
 The dense SVD of the 29,568 x 16,384 Jacobian would need ~4 x 29,568 x 16,384^2 = 3 x 10^13

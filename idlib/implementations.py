@@ -680,13 +680,12 @@ def latent_action(built: Built, seed: int = 0, scale: float = 0.5) -> dict[str, 
         latents.append(("q_a_proj", c.q_latent, "q_a_layernorm.weight", q_w))
     for down, width, gain, up in latents:
         skew = rnd(width, width)
-        O = torch.linalg.matrix_exp(skew - skew.T) * rnd(1).exp()    # lambda O
+        O, lam = torch.linalg.matrix_exp(skew - skew.T), rnd(1).exp()
         for key in (down + ".weight", down + ".bias"):
             if key in p:
-                p[key][:width] = O @ p[key][:width]
+                p[key][:width] = lam * O @ p[key][:width]
         g_new = p[gain] * rnd(width).exp()
-        O_unit = O / torch.linalg.matrix_norm(O, 2)
-        p[up] = p[up] * p[gain] @ O_unit.T / g_new
+        p[up] = p[up] * p[gain] @ O.T / g_new
         p[gain] = g_new
     q_rows = lambda h: h * (n + r)  # noqa: E731 (first row of head h in the query projection)
     for h in range(H):
@@ -709,9 +708,12 @@ def latent_action(built: Built, seed: int = 0, scale: float = 0.5) -> dict[str, 
     return p
 
 
+# the small latent layer of chapter 9 and the tests (d, H, C, n, p, v); a query latent has 6 dims
+SMALL_LATENT = dict(d=12, H=2, kv_latent=5, nope_dim=3, rope_dim=4, value_dim=3)
+
+
 def small_latent_layer(config: LatentAttentionConfig) -> dict[str, Any]:
     """Keyword arguments of :func:`build` for a small latent layer with the structure of
-    ``config`` (a query latent or none, the biases, the RoPE base): d 12, H 2, C 5, C_Q 6,
-    n 3, p 4, v 3."""
-    return dict(d=12, H=2, kv_latent=5, q_latent=None if config.q_latent is None else 6,
-                nope_dim=3, rope_dim=4, value_dim=3, bias=config.bias, rope_theta=config.rope_base)
+    ``config`` (a query latent or none, the biases, the RoPE base): :data:`SMALL_LATENT`, C_Q 6."""
+    return dict(SMALL_LATENT, q_latent=None if config.q_latent is None else 6, bias=config.bias,
+                rope_theta=config.rope_base)

@@ -15,7 +15,7 @@ from idlib.counting import check_derived_latent, count
 V2_LITE = LatentAttentionConfig(d_model=2048, n_heads=16, kv_latent=512, nope_dim=128, rope_dim=64,
                                 value_dim=128)
 V3 = V2_LITE.replace(d_model=7168, n_heads=128, q_latent=1536)
-SMALL = dict(d=12, H=2, kv_latent=5, nope_dim=3, rope_dim=4, value_dim=3)
+SMALL = impl.SMALL_LATENT
 
 
 def test_v2_lite_by_hand():
