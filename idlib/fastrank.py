@@ -34,10 +34,12 @@ biases).  In vec form, J = [(W^T (x) I) J_Z, I_d (x) Z'].  Two facts make it sma
 
 **Certificate (on J).**  Let r = P - u be the rank found, u = sum_g (P_g - r_g).
 
-* Upper bound.  Lift each computed kernel vector n of K_g to (n, -L n), orthonormalise them
-  into V (P x u) and evaluate J V directly by forward-mode derivatives of the layer
-  (:func:`torch.func.jvp`; independent of the reduction).  By Courant--Fischer,
-  sigma_{r+1}(J) <= ||J V||_2, and more generally sigma_{r+i}(J) <= sigma_i(J V).
+* Upper bound.  Lift each computed kernel vector n of K_g to x = (n, -L n) (X, P x u, the
+  lift computed in float64), evaluate J X = vec(J_Z X W + Z' delta W'(X)) from the blocks J_Z^g
+  and Z' themselves (``lifted_image``: J's definition, not the reduction -- no Pi, no R^{-1} --
+  so rounding in the lift shows up in J X instead of cancelling), and orthonormalise: X = V R_X,
+  J V = (J X) R_X^{-1}, whose singular values are those of R_J R_X^{-1} (J X = Q_J R_J).  By Courant--Fischer, sigma_{r+1}(J) <= ||J V||_2, and more generally
+  sigma_{r+i}(J) <= sigma_i(J V).
 * Lower bound (coupled; Schur complement and Haynsworth inertia).  Write x = (p, y), p the
   query/key/value parameters, y = delta W'.  With D = I_d (x) R^T R (the y-block of J^T J, smallest
   eigenvalue s^2, s = sigma_min(Z')) and L = R^{-1} Q^T delta Z(.) W (the output change least
@@ -62,12 +64,15 @@ biases).  In vec form, J = [(W^T (x) I) J_Z, I_d (x) Z'].  Two facts make it sma
       alpha Sigma^2 - lam N - (T Sigma)^T Delta (T Sigma) >= 0,
 
   i.e. every C_g C_g^T = alpha Sigma_g^2 - lam N_g has a Cholesky factor and
-  ||Delta^{1/2} [T_1 Sigma_1 C_1^{-T}, ..., T_G Sigma_G C_G^{-T}]||_2 <= 1 (a Gram matrix of order
-  B n j).  ``coupled_lower_bound`` lowers lam from min(s^2 / 2, alpha min_g sigma_{r_g}(K_g)^2)
-  by factors of 4 until the test passes, then refines by 2, 2^(1/2) and 2^(1/4); both sides carry
-  a relative margin ``SAFETY`` = 1e-6 for float64 rounding.  j = ceil(H v / 8), at most 4000 / (B n)
-  (``coupled_directions``): W is square when H v = d, and its smallest singular values
-  (~ sigma_max / d) are what the uncoupled bound below pays for.
+  ||Delta^{1/2} [T_1 Sigma_1 C_1^{-T}, ..., T_G Sigma_G C_G^{-T}]||_2 < 1, i.e. (1 - SAFETY) I
+  minus that Gram matrix (order B n j) has a Cholesky factor too.  ``coupled_lower_bound``
+  searches lam from min(s^2 / 2, alpha min_g sigma_{r_g}(K_g)^2) down by factors of 4 until the
+  test passes, then refines by 2, 2^(1/2) and 2^(1/4) -- this search in float32, at half the
+  cost -- and certifies the lam found with the float64 test (lowering it by 2^(1/4) until that
+  passes); the float64 test carries a relative margin ``SAFETY`` = 1e-6 for rounding on both
+  sides.  j = ceil(H v / 8), at most 16,000 / (B n) (``coupled_directions``): W is square when
+  H v = d, and its smallest singular values (~ sigma_max / d) are what the uncoupled bound below
+  pays for; the bound grows about linearly with j (sigma_{j+1}(W) does), its cost as j^2.
   Measured: the bound is 7x and 9x below the dense route's sigma_r at P = 1,024 and 4,096
   (``make bench`` records it at every size where both routes run).
 * Lower bound (uncoupled, also computed; the larger of the two is used).  Let S = (row space
@@ -105,17 +110,19 @@ direction in V), never certify a wrong rank.
 
 **Cost**, with m = H / G, P_g = (m + 1) d k + d v query/key/value parameters per group, B n
 tokens (idlib's defaults give B n ~ 7 d), c = H v (+ 1) columns of Z', r_g = P_g - u_g, u the
-unidentified count and j <= 4000 / (B n):
+unidentified count and j <= 16,000 / (B n):
 
-* blocks J_Z^g by forward mode: G P_g tangents through one group's heads,
-  ~ G P_g [2 B n d (m k + k + v) + 2 B n^2 m (k + v)] flops;
+* blocks J_Z^g in closed form (``_group_jacobian_closed``): writing them, G B n m v P_g, plus
+  G 2 B m n^2 d k v for the key columns (the sum over keys s of A_ts (v_s - Z_t) x_s (R_s^T q_t));
+  by forward mode (layers with parameterless query/key norms) G P_g tangents through one
+  group's heads, ~ G P_g [2 B n d (m k + k + v) + 2 B n^2 m (k + v)] flops;
 * per group the Gram matrix of the projected block (B n m v x P_g) and its eigenvectors:
   ~ G (B n m v P_g^2 + 9 P_g^3) flops -- the dominant term, ~ 4 x 10^12 at d = 128, H = 16
   (P_g = 3,072);
-* the coupled bound: G (2 B n j P_g r_g + 2 c m v P_g r_g) to set up, then per test (2-4 of them)
-  G (r_g^3 / 3 + B n j r_g^2 + (B n j)^2 r_g);
-* the upper bound: u forward-mode products with the whole layer, ~ 2 u B n (2 d (H k + G k + G v)
-  + H v d + 2 n H (k + v)) flops, and a QR of J V (B n d x u): 2 B n d u^2.
+* the coupled bound: G (2 B n j P_g r_g + 2 c m v P_g r_g) to set up, then per test (about six
+  in float32, usually one in float64) G (r_g^3 / 3 + B n j r_g^2 + (B n j)^2 r_g) + (B n j)^3 / 3;
+* the upper bound: J X from the blocks, G (2 B n m v P_g u_g + 2 B n d (m v + c) u_g) flops,
+  then R factors of X (P x u) and J X (B n d x u): 2 (P + B n d) u^2.
 
 Memory (float64): one group's block at a time, 3 x 8 B n m v P_g bytes; kept per group
 8 (B n j r_g + r_g^2) bytes; the lifted kernel, 3 x 8 P u; J V, 2 x 8 B n d u.  J itself
@@ -135,13 +142,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .attention import (DTYPE, Params, attention_weights, flatten, forward, n_params,
-                        param_shapes, project, unflatten)
+from .attention import (DTYPE, Params, apply_rope, attention_weights, center, flatten, forward,
+                        n_params, param_shapes, project, rope_frequencies, unflatten)
 from .certify import rank_from_singular_values, roundoff_tolerance
 from .config import AttentionConfig
 
 __all__ = ["StructuredRank", "StructureError", "structured_rank", "applicable",
-           "group_parameter_index", "head_outputs"]
+           "group_parameter_index", "head_outputs", "lifted_image"]
 
 
 class StructureError(ValueError):
@@ -271,13 +278,78 @@ def _group_jacobian(sub: AttentionConfig, theta_g: torch.Tensor, X: torch.Tensor
     return T[..., inverse]
 
 
+def lifted_image(T: torch.Tensor, N: torch.Tensor, W_g: torch.Tensor, Zp: torch.Tensor,
+                 dW: torch.Tensor) -> torch.Tensor:
+    """J x for the columns x of (N on group g's query/key/value parameters, dW on W' = [W; b_O]).
+
+    J x = vec(delta Z(x) W + Z' delta W') with delta Z(x) = J_Z^g N in group g's columns only:
+    T = J_Z^g of shape (Bn, mv, P_g), N (P_g, u), W_g group g's rows of W (mv, d), Z' (Bn, c),
+    dW (c, d, u).  Returns (Bn d, u), rows in the order of vec(forward(X)).
+    """
+    rows, d, u = T.shape[0], W_g.shape[1], N.shape[1]
+    dZ = torch.einsum("rap,pk->rak", T, N)                               # (Bn, mv, u)
+    out = torch.einsum("rak,ae->rek", dZ, W_g) + (Zp @ dW.reshape(dW.shape[0], -1)).reshape(rows, d, u)
+    return out.reshape(rows * d, u)
+
+
+def _rotate_back(x: torch.Tensor, sub: AttentionConfig, frequencies: torch.Tensor | None,
+                 positions: torch.Tensor) -> torch.Tensor:
+    """R_p^T x[..., p, :] (RoPE undone at position p, on the last dimension); x if no RoPE."""
+    if not sub.rotary_dim:
+        return x
+    freqs = rope_frequencies(sub) if frequencies is None else frequencies
+    return apply_rope(x, freqs, -positions)
+
+
+def _group_jacobian_closed(sub: AttentionConfig, theta_g: torch.Tensor, X: torch.Tensor,
+                           frequencies: torch.Tensor | None) -> torch.Tensor:
+    """d Z_g / d theta_g in closed form (the Khatri-Rao structure of one group's heads), shape
+    (B, m, n, v, P_g), the columns in ``_group_shapes`` order.
+
+    With q_t = R_t (x_t W_Q^h + b_Q^h), k_s = R_s (x_s W_K + b_K), v_s = x_s W_V + b_V (R_t the
+    rotation at position t), A = softmax(q k^T / sqrt(k)) and Z_t = sum_s A_ts v_s,
+
+        delta Z_t = sum_s A_ts delta v_s + sum_s A_ts delta S_ts (v_s - Z_t),
+        delta S_ts = (R_t^T k_s) . delta(x_t W_Q^h + b_Q^h) / sqrt(k) + (R_s^T q_t) . delta(x_s W_K + b_K) / sqrt(k),
+
+    so d Z_t[c] / d W_Q^h[a, e] = x_t[a] (R_t^T C_t)[e, c] / sqrt(k) with C_t = sum_s A_ts k_s (v_s -
+    Z_t)^T; d Z_t[c] / d W_K[a, e] = sum_s A_ts (v_s - Z_t)[c] x_s[a] (R_s^T q_t)[e] / sqrt(k);
+    d Z_t[c] / d W_V[a, c'] = (A x)_t[a] delta_{c c'}; the biases as their weights with x = 1.
+    For layers without query/key norms (``_group_jacobian`` is the forward-mode reference).
+    """
+    params = _group_params(sub, theta_g)
+    q, k, v = project(sub, params, X, frequencies)                      # (B, m, n, k | v)
+    A = attention_weights(sub, q, k)                                    # (B, m, n, n)
+    Z = A @ v
+    Xc = center(X) if sub.input_centered else X
+    B, m, n, kd = q.shape
+    vd, d = v.shape[-1], X.shape[-1]
+    pos = torch.arange(n)
+    scale = 1.0 / math.sqrt(kd)
+    AD = A[..., None] * (v[:, :, None, :, :] - Z[:, :, :, None, :])     # (B, m, t, s, c)
+    C = torch.einsum("bhtsc,bhse->bhcte", AD, k)                         # (B, m, c, t, e)
+    RC = _rotate_back(C, sub, frequencies, pos).permute(0, 1, 3, 2, 4)   # (B, m, t, c, e)
+    Rq = _rotate_back(q[:, :, :, None, :].expand(B, m, n, n, kd), sub, frequencies, pos)  # (B,m,t,s,e)
+    eye_m = torch.eye(m, dtype=DTYPE)
+    eye_v = torch.eye(vd, dtype=DTYPE)
+    cols = {
+        "W_Q": scale * torch.einsum("bta,bhtce,hg->bhtcgae", Xc, RC, eye_m).reshape(B, m, n, vd, -1),
+        "W_K": scale * torch.einsum("bhtsc,bsa,bhtse->bhtcae", AD, Xc, Rq).reshape(B, m, n, vd, -1),
+        "W_V": torch.einsum("bhta,cf->bhtcaf", A @ Xc[:, None], eye_v).reshape(B, m, n, vd, -1),
+        "b_Q": scale * torch.einsum("bhtce,hg->bhtcge", RC, eye_m).reshape(B, m, n, vd, -1),
+        "b_K": scale * torch.einsum("bhtsc,bhtse->bhtce", AD, Rq).reshape(B, m, n, vd, -1),
+        "b_V": eye_v.expand(B, m, n, vd, vd),
+    }
+    return torch.cat([cols[name] for name, _ in _group_shapes(sub)], dim=-1)
+
+
 def _norm2(A: torch.Tensor) -> float:
     """||A||_2 from the smaller Gram matrix's largest eigenvalue (GEMM speed), rounded up."""
     G = A @ A.T if A.shape[0] <= A.shape[1] else A.T @ A
     return math.sqrt(max(torch.linalg.eigvalsh(G)[-1].item(), 0.0)) * (1 + 1e-10)
 
 
-def coupled_directions(hv: int, rows: int, budget: int = 4000) -> int:
+def coupled_directions(hv: int, rows: int, budget: int = 16000) -> int:
     """j: how many of W's smallest singular directions the coupled bound treats exactly.
 
     ceil(H v / 8), at most H v - 1, and at most ``budget`` / (B n) (the test's Gram matrix has
@@ -287,6 +359,8 @@ def coupled_directions(hv: int, rows: int, budget: int = 4000) -> int:
 
 
 SAFETY = 1e-6      # relative margin covering float64 rounding in the tests of the coupled bound
+GRAM_ROW_BLOCKS = 4  # the coupled test's Gram matrix is formed as 4 x 4 blocks, the lower ones
+CERTIFY_TRIES = 8  # float64 tests of the coupled bound, from the float32 search's lam down by 2^(1/4)
 
 
 def _coupled_test(blocks, lam: float, alpha: float, delta: torch.Tensor, rows: int,
@@ -307,35 +381,49 @@ def _coupled_test(blocks, lam: float, alpha: float, delta: torch.Tensor, rows: i
         factors.append(C)
     if not delta.numel():
         return True
-    w = delta.sqrt().repeat(rows)[:, None]
-    gram = None
+    w = delta.sqrt().repeat(rows)[:, None].to(factors[0].dtype)
+    q = w.shape[0]
+    cuts = [q * i // GRAM_ROW_BLOCKS for i in range(GRAM_ROW_BLOCKS + 1)]
+    gram = torch.zeros(q, q, dtype=w.dtype)
     for (_, TS, _), C in zip(blocks, factors):
         Y = torch.linalg.solve_triangular(C, TS.T, upper=False).T * w      # (rows j, r_g)
-        gram = Y @ Y.T if gram is None else gram.addmm_(Y, Y.T)
-    return torch.linalg.eigvalsh(gram)[-1].item() <= 1.0 - SAFETY
+        for a, b in zip(cuts, cuts[1:]):          # the lower triangle only (5/8 of the flops)
+            gram[a:b, :b].addmm_(Y[a:b], Y[:b].T)
+    gram.neg_().diagonal().add_(1.0 - SAFETY)      # (1 - SAFETY) I - gram: PD iff it passes
+    return torch.linalg.cholesky_ex(gram)[1].item() == 0      # reads the lower triangle only
 
 
 def coupled_lower_bound(blocks, s_W: torch.Tensor, j: int, rows: int, s: float) -> float:
-    """sqrt(lam) for the largest lam = lam_top 4^(-i) that passes ``_coupled_test``, refined by
-    factors 2, 2^(1/2) and 2^(1/4).
+    """sqrt(lam) for lam on the grid lam_top 4^(-i) 2^(-k/4) (i >= 1, 0 <= k < 8), certified by
+    ``_coupled_test`` in float64.
 
-    ``s_W`` W's singular values ascending; alpha = sigma_{j+1}(W)^2, Delta_i = alpha - sigma_i^2
-    (i <= j); lam_top = min(s^2 / 2, alpha min_g sigma_{r_g}(K_g)^2) (beyond it the test fails).
+    The grid is searched with the same test in float32 (half the cost; it only chooses lam):
+    the first lam_top 4^(-i) that passes, refined by factors 2, 2^(1/2) and 2^(1/4).  That lam is
+    then tested in float64, the only test that counts, and lowered by 2^(1/4) until it passes (at
+    most ``CERTIFY_TRIES`` times; else 0).  ``s_W`` W's singular values ascending; alpha =
+    sigma_{j+1}(W)^2, Delta_i = alpha - sigma_i^2 (i <= j); lam_top = min(s^2 / 2, alpha min_g
+    sigma_{r_g}(K_g)^2) (beyond it the test fails).
     """
     alpha = s_W[j].item() ** 2
     delta = (alpha - s_W[:j] ** 2).clamp_min(0.0)
     lam_top = min(s * s / 2, alpha * min(S[-1].item() for S, _, _ in blocks) ** 2)
+    screen = [(S.float(), TS.float(), ML.float()) for S, TS, ML in blocks]
     lo = 0.0
     for i in range(1, 31):
-        if _coupled_test(blocks, lam_top * 4.0 ** -i, alpha, delta, rows, s):
+        if _coupled_test(screen, lam_top * 4.0 ** -i, alpha, delta, rows, s):
             lo = lam_top * 4.0 ** -i
             break
     if lo == 0.0:
         return 0.0
     for step in (2.0, 2.0 ** 0.5, 2.0 ** 0.25):      # refine within the factor 4
-        if _coupled_test(blocks, lo * step, alpha, delta, rows, s):
+        if _coupled_test(screen, lo * step, alpha, delta, rows, s):
             lo *= step
-    return math.sqrt(lo)
+    del screen
+    for _ in range(CERTIFY_TRIES):
+        if _coupled_test(blocks, lo, alpha, delta, rows, s):
+            return math.sqrt(lo)
+        lo /= 2.0 ** 0.25
+    return 0.0
 
 
 def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
@@ -376,7 +464,7 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
 
     ranks, gaps, kernels, sig_r, norm_M, norm_L, norm_JZ = [], [], [], [], [], [], []
     u = 0
-    lifted_cols = []                                                   # (group index, x)
+    lifted_cols, lifted_images = [], []                                # x and J x
     # the coupled bound (module docstring): W's j smallest left singular directions U_j
     U_W, s_W_all, _ = torch.linalg.svd(W, full_matrices=False)          # descending
     j = coupled_directions(H * v, B * n)
@@ -395,7 +483,10 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
                 raise StructureError(f"heads of key/value group {g} are not a function of the "
                                      "group's own parameters")
         t0 = time.perf_counter()
-        T = _group_jacobian(sub, theta_g, X, frequencies, chunk)         # (B, m, n, v, P_g)
+        if sub.qk_norm == "none":                                       # (B, m, n, v, P_g)
+            T = _group_jacobian_closed(sub, theta_g, X, frequencies)
+        else:                           # query/key norms without parameters: forward mode
+            T = _group_jacobian(sub, theta_g, X, frequencies, chunk)
         seconds["blocks"] += time.perf_counter() - t0
         T = T.permute(0, 2, 1, 3, 4).reshape(B * n, m * v, -1)           # (Bn, mv, P_g)
         M = torch.einsum("rc,rjp->cjp", Qz, T)                           # Q^T delta Z
@@ -445,6 +536,7 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
             if config.has_bias("o"):
                 x[full_index["b_O"]] = dW[H * v]
             lifted_cols.append(x)
+            lifted_images.append(lifted_image(T, N, Wg, Zmat, dW))
         u += u_g
         del T, M, K, Kmat, Vh
 
@@ -461,33 +553,33 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
         uncoupled = 1.0 / math.sqrt((1.0 + ell * ell) / (a * a) + 1.0 / (s * s))
     else:
         uncoupled = 0.0
-    t0 = time.perf_counter()
-    coupled = coupled_lower_bound(blocks, s_W_all.flip(0), j, B * n, s) if blocks else 0.0
-    seconds["coupled_bound"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    sigma_r_lower = max(uncoupled, coupled)
-
     tau = roundoff_tolerance(math.hypot(s_W.max().item() * max(norm_JZ), s_Z.max().item()),
                              (B * n * d, P))
+    t0 = time.perf_counter()
     if u:
-        V = torch.cat(lifted_cols, dim=1)
+        # V = X R_X^{-1} orthonormal (X^T X = R_X^T R_X), so the squared singular values of J V
+        # are the eigenvalues of R_X^{-T} (J X)^T (J X) R_X^{-1}: two Gram matrices of order u
+        X = torch.cat(lifted_cols, dim=1)
         lifted_cols.clear()
-        V = torch.linalg.qr(V)[0]                                        # (P, u) orthonormal
-
-        def f(t: torch.Tensor) -> torch.Tensor:
-            return forward(config, unflatten(config, t), X, frequencies).reshape(-1)
-
-        push = torch.func.vmap(lambda t: torch.func.jvp(f, (theta,), (t,))[1])
-        jchunk = max(1, min(chunk // 2, 2 ** 25 // (B * H * n * n)))   # ~256 MB per score tensor
-        JV = torch.cat([push(V[:, i:i + jchunk].T) for i in range(0, u, jchunk)]).T  # (m, u)
-        R = torch.linalg.qr(JV, mode="r")[1] if JV.shape[0] > JV.shape[1] else JV
-        kernel_sv = torch.linalg.svdvals(R)
+        L_X = torch.linalg.cholesky(X.T @ X)                              # R_X^T
+        del X
+        JX = torch.cat(lifted_images, dim=1)
+        lifted_images.clear()
+        B_J = torch.linalg.solve_triangular(L_X, JX.T @ JX, upper=False)
+        del JX
+        B_J = torch.linalg.solve_triangular(L_X, B_J.T, upper=False)      # L^{-1} G_J L^{-T}
+        ev = torch.linalg.eigvalsh((B_J + B_J.T) / 2).clamp_min(0.0)
+        kernel_sv = ev.flip(0).sqrt()
         sigma_next = kernel_sv.max().item()
     else:
         kernel_sv = torch.zeros(0, dtype=DTYPE)
         sigma_next = 0.0
-    gap = sigma_r_lower / max(sigma_next, tau)
     seconds["upper_bound"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    coupled = coupled_lower_bound(blocks, s_W_all.flip(0), j, B * n, s) if blocks else 0.0
+    seconds["coupled_bound"] = time.perf_counter() - t0
+    sigma_r_lower = max(uncoupled, coupled)
+    gap = sigma_r_lower / max(sigma_next, tau)
     factors = {"a": a, "b": b, "s": s, "coupled": coupled, "uncoupled": uncoupled, "j": j,
                "seconds": seconds, "sigma_min_W": s_min_W, "sigma_max_W": s_W.max().item(),
                "sigma_min_Z": s, "sigma_max_Z": s_Z.max().item(),

@@ -8,7 +8,7 @@ from idlib.attention import flatten, forward, init_params, n_params, param_slice
 from idlib.config import AttentionConfig
 from idlib.counting import count
 from idlib.fastrank import (StructureError, applicable, coupled_directions, group_parameter_index,
-                            head_outputs, structured_rank)
+                            head_outputs, lifted_image, structured_rank)
 from idlib.rank import (AUTO_DENSE_MAX_PARAMS, CERTIFY_GAP, default_n_sequences, default_seq_len,
                         jacobian, measure, rank_from_singular_values)
 
@@ -138,9 +138,10 @@ def test_degenerate_output_projection_is_not_certified():
 
 
 def test_coupled_bound_directions_and_dominance():
-    # j = ceil(Hv / 8), at most Hv - 1 and 4000 / (B n); none for a single column
+    # j = ceil(Hv / 8), at most Hv - 1 and 16,000 / (B n); none for a single column
     assert [coupled_directions(hv, 100) for hv in (1, 2, 8, 9, 64, 128)] == [0, 1, 1, 2, 8, 16]
-    assert coupled_directions(128, 910) == 4 and coupled_directions(64, 462) == 8
+    assert coupled_directions(128, 910) == 16 and coupled_directions(64, 462) == 8
+    assert coupled_directions(128, 16000) == 1 and coupled_directions(128, 8000) == 2
     # the coupled bound is the one that counts: far above the uncoupled one, below the truth
     config = AttentionConfig(d_model=16, n_heads=2)
     params, X = _setup(config)
@@ -244,7 +245,7 @@ def test_applicable_names_each_rule():
         "parameters g_Q, g_K are shared across key/value groups (only per-group projections and "
         "biases are supported)")
     assert applicable(AttentionConfig(d_model=8, n_heads=2, bias="qkvo", rope_fraction=1.0)) is None
-    assert coupled_directions(64, 5000) == 1 and coupled_directions(1, 10) == 0
+    assert coupled_directions(64, 40000) == 1 and coupled_directions(1, 10) == 0
 
 
 def test_explicit_frequencies_reach_every_part():
@@ -329,3 +330,116 @@ def test_coupled_lower_bound_is_the_best_grid_point(s):
     k = math.log2(lam_top / got) * 4                                    # a whole number of quarter octaves
     assert abs(k - round(k)) < 1e-9 and round(k) >= 8
     assert coupled_lower_bound([(S, TS, 1e6 * ML) for S, TS, ML in blocks], s_W, j, rows, s) < math.sqrt(got)
+
+
+def test_coupled_lower_bound_is_decided_in_float64(monkeypatch):
+    """The float32 search only proposes lam; the float64 test certifies it, from there down by
+    2^(1/4), at most CERTIFY_TRIES times (else 0)."""
+    import idlib.fastrank as fr
+    blocks, rows, j, s = _synthetic_blocks(seed=1), 3, 2, 50.0
+    s_W = torch.tensor([0.2, 0.7, 1.3, 2.0], dtype=torch.float64)
+    lam_top = min(s * s / 2, s_W[j].item() ** 2 * min(S[-1].item() for S, _, _ in blocks) ** 2)
+    calls = []
+
+    def fake(bl, lam, *args):
+        calls.append((bl[0][0].dtype, lam))
+        return bl[0][0].dtype == torch.float32 or lam <= limit
+
+    monkeypatch.setattr(fr, "_coupled_test", fake)
+    limit = lam_top / 4 * 2 ** 1.75 / 2 ** 0.75 * (1 + 1e-9)   # float32 passes all: 4^-1 2^(7/4)
+    got = fr.coupled_lower_bound(blocks, s_W, j, rows, s) ** 2
+    assert math.isclose(got, lam_top / 4 * 2 ** 1.75 / 2 ** 0.75, rel_tol=1e-12)
+    assert [dt for dt, _ in calls] == [torch.float32] * 4 + [torch.float64] * 4
+    calls.clear()
+    limit = 0.0                                           # float64 never passes: 0, after 8 tries
+    assert fr.coupled_lower_bound(blocks, s_W, j, rows, s) == 0.0
+    assert [dt for dt, _ in calls].count(torch.float64) == fr.CERTIFY_TRIES == 8
+    lams = [lam for dt, lam in calls if dt == torch.float64]
+    assert all(math.isclose(a / b, 2 ** 0.25, rel_tol=1e-12) for a, b in zip(lams, lams[1:]))
+    calls.clear()
+    monkeypatch.setattr(fr, "_coupled_test", lambda bl, lam, *a: calls.append(lam) or False)
+    assert fr.coupled_lower_bound(blocks, s_W, j, rows, s) == 0.0 and len(calls) == 30
+
+
+@pytest.mark.parametrize("kw", [dict(d_model=8, n_heads=2, bias="qkvo"),
+                                dict(d_model=8, n_heads=4, n_kv_heads=2, rope_fraction=1.0)],
+                         ids=["mha-biases", "gqa-rope"])
+def test_lifted_image_is_the_jacobian_times_x(kw):
+    """lifted_image(J_Z^g, N, W_g, Z', dW) = J x for any x on group g's and the output parameters."""
+    from idlib.attention import unflatten
+    from idlib.fastrank import _group_jacobian
+    config = AttentionConfig(**kw)
+    params, X = _setup(config)
+    B, n, d = X.shape[0], X.shape[1], config.d_model
+    H, m, v, P = config.n_heads, config.group_size, config.value_dim, n_params(config)
+    J = jacobian(config, params, X)
+    Z = head_outputs(config, params, X).permute(0, 2, 1, 3).reshape(B * n, H * v)
+    Zp = torch.cat([Z, torch.ones(B * n, 1, dtype=Z.dtype)], 1) if config.has_bias("o") else Z
+    index = unflatten(config, torch.arange(P))
+    gen = torch.Generator().manual_seed(5)
+    sub = config.replace(n_heads=m, n_kv_heads=1, head_dim=config.head_dim, value_dim=v)
+    for g in range(config.n_kv_heads):
+        idx = group_parameter_index(config, g)
+        T = _group_jacobian(sub, flatten(params)[idx], X, None, 64)
+        T = T.permute(0, 2, 1, 3, 4).reshape(B * n, m * v, -1)
+        N = torch.randn(idx.numel(), 3, generator=gen, dtype=torch.float64)
+        dW = torch.randn(Zp.shape[1], d, 3, generator=gen, dtype=torch.float64)
+        x = torch.zeros(P, 3, dtype=torch.float64)
+        x[idx] = N
+        x[index["W_O"].reshape(-1)] = dW[:H * v].reshape(H * v * d, 3)
+        if config.has_bias("o"):
+            x[index["b_O"]] = dW[H * v]
+        got = lifted_image(T, N, params["W_O"].reshape(H * v, d)[g * m * v:(g + 1) * m * v], Zp, dW)
+        want = J @ x
+        assert got.shape == want.shape
+        assert torch.allclose(got, want, rtol=0, atol=1e-12 * want.abs().max().item())
+
+
+@pytest.mark.parametrize("kw", CONFIGS + [dict(d_model=8, n_heads=2, input_centered=True, bias="qkv",
+                                               rope_fraction=1.0)],
+                         ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
+def test_closed_form_blocks_are_the_forward_mode_blocks(kw):
+    """_group_jacobian_closed (Khatri-Rao formulas) = _group_jacobian (torch.func.jvp), to 1e-13."""
+    from idlib.fastrank import _group_jacobian, _group_jacobian_closed
+    config = AttentionConfig(**kw)
+    params, X = _setup(config)
+    sub = config.replace(n_heads=config.group_size, n_kv_heads=1, head_dim=config.head_dim,
+                         value_dim=config.value_dim)
+    freqs = torch.tensor([0.3, 1.1], dtype=torch.float64)[:config.rotary_dim // 2] if config.rotary_dim == 4 else None
+    for g in range(config.n_kv_heads):
+        theta_g = flatten(params)[group_parameter_index(config, g)]
+        want = _group_jacobian(sub, theta_g, X, freqs, 64)
+        got = _group_jacobian_closed(sub, theta_g, X, freqs)
+        assert got.shape == want.shape == (X.shape[0], config.group_size, X.shape[1], config.value_dim,
+                                           theta_g.numel())
+        assert torch.allclose(got, want, rtol=0, atol=1e-13 * want.abs().max().item())
+
+
+def test_parameterless_qk_norm_takes_forward_mode_blocks_and_agrees_with_dense():
+    """qk_norm="plain" has no parameters (the route applies) but no closed form: jvp blocks."""
+    import idlib.fastrank as fr
+    config = AttentionConfig(d_model=8, n_heads=2, qk_norm="plain", bias="qv")
+    assert applicable(config) is None
+    params, X = _setup(config)
+    _, sv, rank, _ = _dense(config, params, X)
+    s = structured_rank(config, params, X)
+    assert s.rank == rank == count(config).identified and s.gap >= CERTIFY_GAP
+    with pytest.raises(AssertionError):
+        sub = config.replace(n_heads=1, n_kv_heads=1, head_dim=config.head_dim, value_dim=config.value_dim)
+        theta_g = flatten(params)[group_parameter_index(config, 0)]
+        assert torch.allclose(fr._group_jacobian_closed(sub, theta_g, X, None),
+                              fr._group_jacobian(sub, theta_g, X, None, 64), atol=1e-10)
+
+
+def test_cholesky_reads_the_lower_triangle_only():
+    """_coupled_test forms only the lower triangle of its Gram matrix: torch's Cholesky must not
+    look above the diagonal (garbage there changes nothing)."""
+    gen = torch.Generator().manual_seed(0)
+    A = torch.randn(40, 40, generator=gen, dtype=torch.float64)
+    G = A @ A.T + 40 * torch.eye(40, dtype=torch.float64)
+    junk = G.tril() + torch.triu(torch.full((40, 40), -1e6, dtype=torch.float64), 1)
+    L, info = torch.linalg.cholesky_ex(junk)
+    assert info.item() == 0 and torch.equal(L, torch.linalg.cholesky(G))
+    bad = G.clone()
+    bad[5, 3] = bad[3, 5] = 1e6                    # not PD: the lower triangle says so
+    assert torch.linalg.cholesky_ex(bad.tril())[1].item() != 0
