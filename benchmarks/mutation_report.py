@@ -54,8 +54,64 @@ RULES: list[tuple[str, str, str]] = [
      "v/o biases or LayerNorm QK-norm is refused by check_derived)", r"attention\.x_layer_params", r"or True"),
     ("equivalent: for a one-layer config replace(n_layers=1, kv_share=1) is the config itself",
      r"attention\.x_layer_config", r"and False"),
-    ("performance only: the chunk sizes of the vectorised Jacobians", r"(fastrank|rank)\\.",
+    ("performance only: the chunk sizes of the vectorised Jacobians", r"(fastrank|rank)\.",
      r"(jchunk = |chunk: int = )"),
+    ("equivalent: positions.to(None) keeps the integer positions, and the product with the float64 "
+     "frequencies promotes them exactly", r"attention\.x_apply_rope", r"positions\.to\(None\)"),
+    ("equivalent: 'X' is no bias letter (has_bias('X') is False): the loop adds the same biases",
+     r"attention\.x_param_shapes", r'"XXqkvoXX"'),
+    ("equivalent: rotary_dim is even, so r / 2 is r // 2 (and arange with dtype float64 is the same)",
+     r"(attention\.x_rope_frequencies|counting\.x_layer_classes)", r"r / 2"),
+    ("equivalent: at rotary_dim 0 both branches return the empty tensor", r"attention\.x_rope_frequencies",
+     r"if \(r\) or True"),
+    ("equivalent: sigma_{r+1} <= tau by the definition of r, so max(sigma_{r+1}, tau) is tau either way",
+     r"certify\.x_rank_from_singular_values", r"and False else 0\.0"),
+    ("equivalent: a tie (a singular value exactly at the tolerance) that generic inputs do not reach",
+     r"certify\.x_rank_from_singular_values", r"sv >= tol"),
+    ("equivalent: the budget is 0 only for one-token sequences, where rows_bound = P / d > 1 wins",
+     r"rank\.x_default_n_sequences", r"if budget else 1\.0"),
+    ("equivalent: without a latent (kv_latent None) lat_fiber is not used", r"counting\.x_count",
+     r"b, lat_fiber, extra = d_in, 1, 0"),
+    ("equivalent: a (d_in + 1 with a query bias) is used only when the query bias is present",
+     r"counting\.x_count", r'a = d_in \+ 1 if \(has\("q"\)\) or True'),
+    ("equivalent: gain_unid is set in every branch that uses it (qk_norm other than none and plain)",
+     r"counting\.x_count", r"gain_unid = (None|1)$"),
+    ("equivalent: the call only validates explicit frequencies; without RoPE layer_classes(config, "
+     "None) returns, with RoPE the next line makes the same call", r"counting\.x_count",
+     r"if frequencies is not None or not r:"),
+    ("equivalent: where both are valid (rope_base >= 1) the closed-form classes are the tabulated "
+     "ones (tests/test_counting.py compares them), so moving the switch between them changes nothing",
+     r"counting\.x_layer_classes", r"(r // 3 <= CLOSED|r // 2 < CLOSED|rope_base <= 1\.0|rope_base < 2\.0)"),
+    ("equivalent: at k = b both branches of the fiber give k^2", r"counting\.x_factor_fiber",
+     r"if k < b:"),
+    ("equivalent: at C = d_in both branches give d_in^2 and no extra column", r"counting\.x_latent_fiber",
+     r"if C < d_in:"),
+    ("equivalent: kv_latent is never None, so 'continue' is reached only in the last iteration, "
+     "where it is 'break'", r"counting\.x_check_derived_latent", r"^\s*break$"),
+    ("equivalent: torch indexes with a list of whole-number floats as with ints",
+     r"symmetry\.x_act", r"runs = \[layer / config\.kv_share"),
+    ("equivalent for every stack check_derived allows: the tensors off the head and group axes "
+     "(b_O, the gains) are 1-d or read as (-1, k), and _unflat restores their shapes",
+     r"symmetry\.x__flat", r"or True else p"),
+    ("equivalent in practice: with s_max between 1e-2 and 1e4, rtol s_max and rtol / s_max both "
+     "separate the orbit's singular values (>= 1e-3 s_max) from round-off (~1e-14 s_max)",
+     r"symmetry\.x_tangent_basis", r"rtol / s\.max\(\)"),
+    ("equivalent: the sort's stability only orders tied angles, and each class takes the smallest "
+     "index of its members (scatter_reduce amin) whatever their order", r"counting\.x__group",
+     r"sort\(descending=True, (stable=(None|False))?\)"),
+    ("equivalent: with no rotating plane (n = 0) label, first and mults are not read or are empty "
+     "either way", r"counting\.x__group",
+     r"(label = None|if n else 1,\)|reduce=\"amin\"\) if \(n\) or True|if \(n\) or True else torch\.zeros)"),
+    ("equivalent: minlength is label.max() + 1, the length bincount returns anyway",
+     r"counting\.x__group", r"torch\.bincount\(label, \)"),
+    ("equivalent: j > i always (asc[i] + delta > asc[i]), so max(j, i - 1) is j; side only matters "
+     "at exact ties", r"counting\.x__group", r"(max\(j, i - 1\)|side=None|delta, \)\))"),
+    ("equivalent: a run of two planes joined by a gap < delta is within delta of its head",
+     r"counting\.x__group", r"runs > 2"),
+    ("equivalent: a tie (a gap exactly delta) that generic frequencies do not reach",
+     r"counting\.x__group", r"gaps > delta"),
+    ("equivalent: layernorm_shared is derived only with RoPE (check_derived), so r > 0 there",
+     r"counting\.x_count", r"if \(r\) or True else k"),
     ("diagnostics only: the timings in factors['seconds'] (their keys and range are tested)",
      r"fastrank\.x_structured_rank", r"seconds"),
 ]
@@ -120,17 +176,25 @@ def main() -> int:
     stats = MUTANTS / "mutmut-stats.json"
     commit = json.loads(stats.read_text()).get("git_commit", "?") if stats.exists() else "?"
     summary["run_at_commit"] = commit
-    lines = ["# Mutation score of idlib's core", "",
-             f"mutmut 3.8.1 run over the sources and tests of commit {commit[:10]}"
-             + (" (survivors then re-run against the tests added after it)" if RECHECKED else "") + ".", "",
-             "| module | mutants | killed | timeout | survived | no tests | not checked | score |",
-             "| :-- | --: | --: | --: | --: | --: | --: | --: |"]
+    # a combined run: modules whose mutants come from an earlier run over unchanged sources
+    earlier = json.loads((MUTANTS / "earlier.json").read_text()) if (MUTANTS / "earlier.json").exists() else {}
+    summary["modules_from_earlier_run"] = earlier
+    head = f"mutmut 3.8.1 run over the sources and tests of commit {commit[:10]}"
+    if earlier:
+        head += (" for " + ", ".join(sorted(set(per_module) - set(earlier))) + "; the other modules' "
+                 "mutants from an earlier run over the same sources (commit in the table), their "
+                 "survivors re-run against the tests of this commit")
+    elif RECHECKED:
+        head += " (survivors then re-run against the tests added after it)"
+    lines = ["# Mutation score of idlib's core", "", head + ".", "",
+             "| module | sources of | mutants | killed | timeout | survived | no tests | not checked | score |",
+             "| :-- | :-- | --: | --: | --: | --: | --: | --: | --: |"]
     for m, c in sorted(per_module.items()):
         j = c["killed"] + c["timeout"] + c["survived"]
         score = f"{(c['killed'] + c['timeout']) / j:.1%}" if j else "-"
-        lines.append(f"| {m} | {sum(c.values())} | {c['killed']} | {c['timeout']} | {c['survived']} | "
-                     f"{c['no tests']} | {c['not checked']} | {score} |")
-    lines.append(f"| all | {sum(total.values())} | {total['killed']} | {total['timeout']} | "
+        lines.append(f"| {m} | {earlier.get(m, commit)[:10]} | {sum(c.values())} | {c['killed']} | "
+                     f"{c['timeout']} | {c['survived']} | {c['no tests']} | {c['not checked']} | {score} |")
+    lines.append(f"| all | | {sum(total.values())} | {total['killed']} | {total['timeout']} | "
                  f"{total['survived']} | {total['no tests']} | {total['not checked']} | "
                  f"{summary['score']:.1%} |")
     lines += ["", "score = (killed + timeout) / (killed + timeout + survived); *not checked*: "

@@ -241,8 +241,8 @@ def _orthogonal_commutant(classes: Classes) -> int:
 
 
 def _gain_fiber(classes: Classes) -> int:
-    mults, plus, minus = classes
-    return sum(mults.values()) + plus + minus
+    mults, plus, minus = classes           # one exchange per plane (mu planes per class), per fixed dim
+    return sum(mu * n for mu, n in mults.items()) + plus + minus
 
 
 def rope_commutant_dim(frequencies: torch.Tensor | list[float], pass_dims: int) -> int:

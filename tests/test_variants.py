@@ -65,6 +65,7 @@ def test_building_blocks():
     freqs = torch.tensor([1.0, 0.1])
     assert orthogonal_commutant_dim(freqs, 2) == 1 + 1 + 1      # U(1) x U(1) x O(2)
     assert gain_fiber(freqs, 2) == 2 + 2                         # one per plane, one per pass dim
+    assert gain_fiber(torch.tensor([0.5, 0.5, 0.5]), 1) == 3 + 1  # repeated: still one per plane
     assert orthogonal_commutant_dim(torch.tensor([0.5, 0.5]), 0) == 4   # U(2)
     assert latent_fiber(6, 3, 8, False) == (3, 9, 0)            # bottleneck: GL(3)
     assert latent_fiber(6, 3, 2, False) == (6, 18 + 6 - 12, 0)  # C >= N: factorisation fiber
@@ -241,3 +242,16 @@ def test_qk_norms_are_the_formulas_they_name(qk_norm):
             "plain": lambda: rms(q0, -1), "gain": lambda: rms(q0, -1) * p["g_Q"]}[qk_norm]()
     assert torch.allclose(q, want, rtol=1e-10, atol=1e-12)
     assert k.shape == q.shape
+
+
+@pytest.mark.parametrize("qk_norm", ["gain", "whole", "layernorm", "layernorm_shared"])
+def test_gains_with_a_repeated_frequency_match_the_measured_rank(qk_norm):
+    """Two planes with one frequency: the rotations that mix them do not commute with generic
+    gains, so the gains keep one exchange per plane (the count once used one per class)."""
+    config = AttentionConfig(d_model=8, n_heads=2, qk_norm=qk_norm, rope_fraction=1.0)
+    freqs = torch.tensor([0.7, 0.7], dtype=torch.float64)
+    m = measure(config, frequencies=freqs)
+    assert m.certified and m.rank == count(config, freqs).identified
+    # ... and the gains' exchanges are those of two distinct frequencies (one per plane)
+    gains = {c.name: c.unidentified for c in count(config, freqs).components}["g_QK"]
+    assert gains == {c.name: c.unidentified for c in count(config).components}["g_QK"]
