@@ -37,9 +37,11 @@ biases).  In vec form, J = [(W^T (x) I) J_Z, I_d (x) Z'].  Two facts make it sma
 * Upper bound.  Lift each computed kernel vector n of K_g to x = (n, -L n) (X, P x u, the
   lift computed in float64), evaluate J X = vec(J_Z X W + Z' delta W'(X)) from the blocks J_Z^g
   and Z' themselves (``lifted_image``: J's definition, not the reduction -- no Pi, no R^{-1} --
-  so rounding in the lift shows up in J X instead of cancelling), and orthonormalise: X = V R_X,
-  J V = (J X) R_X^{-1}, whose singular values are those of R_J R_X^{-1} (J X = Q_J R_J).  By Courant--Fischer, sigma_{r+1}(J) <= ||J V||_2, and more generally
-  sigma_{r+i}(J) <= sigma_i(J V).
+  so rounding in the lift shows up in J X instead of cancelling), and orthonormalise: with
+  X^T X = L L^T (Cholesky), V = X L^{-T} has orthonormal columns and sigma_i(J V)^2 are the
+  eigenvalues of L^{-1} (J X)^T (J X) L^{-T} (two Gram matrices of order u; the largest, the one
+  the gap uses, to relative ~u eps).  By Courant--Fischer, sigma_{r+1}(J) <= ||J V||_2, and more
+  generally sigma_{r+i}(J) <= sigma_i(J V).
 * Lower bound (coupled; Schur complement and Haynsworth inertia).  Write x = (p, y), p the
   query/key/value parameters, y = delta W'.  With D = I_d (x) R^T R (the y-block of J^T J, smallest
   eigenvalue s^2, s = sigma_min(Z')) and L = R^{-1} Q^T delta Z(.) W (the output change least
@@ -102,8 +104,9 @@ So ``gap`` = [that lower bound on sigma_r] / max(||J V||_2, tau') is a lower bou
 sigma_r / max(sigma_{r+1}, tau) of J, and the rank is certified when it is at least 1e4.
 Nothing in the bounds assumes the reduction is valid: if W were
 rank deficient or Z' ill conditioned, a or s would be ~0 and the bound would (correctly) fail to certify.  The bounds are exact up to
-float64 rounding in computing them (relative ~1e-13 here), all singular values are taken by SVD
-of the matrices themselves, except the blocks K_g: their Gram matrices' eigenvalues give
+float64 rounding in computing them (relative ~1e-13 here), the singular values of Z', R and W
+are taken by SVD, those of J V and the blocks K_g from Gram matrices (for J V the largest, which
+is relatively accurate; nothing is certified from the smaller ones); the blocks' Gram eigenvalues give
 sigma_i(K_g) to ~sqrt(eps) sigma_1 absolute, far below the smallest nonzero ones (~1e-2
 sigma_1), and a wrong cut could only make a bound fail (a kernel vector in S_p, or a nonzero
 direction in V), never certify a wrong rank.
@@ -117,20 +120,21 @@ unidentified count and j <= 16,000 / (B n):
   by forward mode (layers with parameterless query/key norms) G P_g tangents through one
   group's heads, ~ G P_g [2 B n d (m k + k + v) + 2 B n^2 m (k + v)] flops;
 * per group the Gram matrix of the projected block (B n m v x P_g) and its eigenvectors:
-  ~ G (B n m v P_g^2 + 9 P_g^3) flops -- the dominant term, ~ 4 x 10^12 at d = 128, H = 16
-  (P_g = 3,072);
+  ~ G (B n m v P_g^2 + 9 P_g^3) flops, ~ 4 x 10^12 at d = 128, H = 16 (P_g = 3,072);
 * the coupled bound: G (2 B n j P_g r_g + 2 c m v P_g r_g) to set up, then per test (about six
-  in float32, usually one in float64) G (r_g^3 / 3 + B n j r_g^2 + (B n j)^2 r_g) + (B n j)^3 / 3;
+  in float32, usually one in float64) G (r_g^3 / 3 + B n j r_g^2 + (5/8) (B n j)^2 r_g) +
+  (B n j)^3 / 3 -- the dominant term at d = 128 (B n j = 14,560: ~10^13 per test);
 * the upper bound: J X from the blocks, G (2 B n m v P_g u_g + 2 B n d (m v + c) u_g) flops,
   then R factors of X (P x u) and J X (B n d x u): 2 (P + B n d) u^2.
 
 Memory (float64): one group's block at a time, 3 x 8 B n m v P_g bytes; kept per group
-8 (B n j r_g + r_g^2) bytes; the lifted kernel, 3 x 8 P u; J V, 2 x 8 B n d u.  J itself
+8 (B n j r_g + r_g^2) bytes (and a float32 copy during the search) plus the test's Gram
+matrix, 8 (B n j)^2; the lifted kernel X, 8 P u, and J X, 8 B n d u.  J itself
 (8 B n d P bytes, 60 GB at d = 128) is never formed.  Measured on this project's 2-core
-machine (``make bench`` records the figures in benchmarks/results/): d = 64, H = 8 (P = 16,384)
-in ~40 s and 2.5 GB, certified gap ~4e7; d = 128, H = 16 (P = 65,536) in ~6 minutes and 11.5 GB
-peak, certified gap 1.2e6; with 4 key/value groups 1.2e6, full RoPE 1.3e6, all four biases 3.3e5
-(benchmarks/results/verify_large.json).
+machine (``make bench`` records the figures in benchmarks/results/): d = 45, H = 5 (P = 8,100)
+in ~2.7 s; d = 64, H = 8 (P = 16,384) in ~30 s, certified gap ~4e7; d = 128, H = 16
+(P = 65,536) in ~7 minutes and 13 GB peak, certified gap 4.1e6; with 4 key/value groups 4.6e6,
+full RoPE 4.4e6, all four biases 1.2e6 (benchmarks/results/verify_large.json).
 The dense SVD of the 29,568 x 16,384 Jacobian would need ~4 x 29,568 x 16,384^2 = 3 x 10^13
 flops, that of the 116,480 x 65,536 one 2 x 10^15 (and 61 GB to hold it).
 """
