@@ -1,7 +1,7 @@
 """Re-run an earlier mutmut run's survivors against the current tests (``make mutation`` after a
 change that left some core modules' sources untouched).
 
-    python benchmarks/mutation_recheck.py ROOT OLD_MUTANTS OUT.json MODULE...
+    python benchmarks/mutation_recheck.py ROOT OLD_MUTANTS OUT.json [--killed PREVIOUS.json] MODULE...
 
 ROOT is a mutmut run over the current commit (its ``mutants/`` tree); OLD_MUTANTS the
 ``mutants/`` tree of a run over a commit where MODULE's sources were the same as now (checked:
@@ -9,7 +9,8 @@ the mutated file's trampolines carry the original functions, so its unmutated be
 current one).  For each MODULE the old mutated source and its results (``.meta``) are copied
 into ROOT's tree, the current tests of that module (``TESTS``) are first run with no mutant
 active (they must pass), then once per old survivor with ``MUTANT_UNDER_TEST`` set; a failing
-run kills it.  Writes {mutant: killed} to OUT.json (the second argument of
+run kills it (mutants a previous recheck, PREVIOUS.json, found killed stay killed and are not
+re-run).  Writes {mutant: killed} to OUT.json (the second argument of
 ``mutation_report.py``) and ROOT/mutants/earlier.json ({module: old commit}).
 """
 from __future__ import annotations
@@ -22,8 +23,7 @@ import sys
 from pathlib import Path
 
 TESTS = {
-    "attention": ["tests/test_forward.py", "tests/test_project_norms.py", "tests/test_variants.py",
-                  "tests/test_implementations.py"],
+    "attention": ["tests/test_forward.py", "tests/test_project_norms.py", "tests/test_variants.py"],
     "certify": ["tests/test_certify.py", "tests/test_rank_rules.py"],
     "rank": ["tests/test_rank.py", "tests/test_rank_rules.py", "tests/test_certify.py", "tests/test_sweep.py"],
     "symmetry": ["tests/test_symmetry.py"],
@@ -38,7 +38,11 @@ def run_tests(tree: Path, files: list[str], mutant: str) -> int:
 
 
 def main() -> int:
-    root, old, out, modules = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:]
+    root, old, out, rest = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:]
+    previous = {}
+    if rest[:1] == ["--killed"]:
+        previous, rest = json.loads(Path(rest[1]).read_text()), rest[2:]
+    modules = rest
     tree = root / "mutants"
     old_stats = json.loads((old / "mutmut-stats.json").read_text()) if (old / "mutmut-stats.json").exists() else {}
     old_commit = old_stats.get("git_commit", "earlier")
@@ -54,6 +58,9 @@ def main() -> int:
             print(f"{module}: the current tests fail with no mutant active; not rechecked")
             return 1
         for i, name in enumerate(survivors):
+            if previous.get(name):
+                results[name] = True
+                continue
             results[name] = run_tests(tree, TESTS[module], name) not in (0, 5)
             print(f"{module} {i + 1}/{len(survivors)} {name}: "
                   f"{'killed' if results[name] else 'survived'}", flush=True)
