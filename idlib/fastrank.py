@@ -151,7 +151,7 @@ from .attention import (DTYPE, Params, apply_rope, attention_weights, center, fl
 from .certify import rank_from_singular_values, roundoff_tolerance
 from .config import AttentionConfig
 
-__all__ = ["StructuredRank", "StructureError", "structured_rank", "applicable",
+__all__ = ["StructuredRank", "StructureError", "structured_rank", "applicable", "group_config",
            "group_parameter_index", "head_outputs", "lifted_image"]
 
 
@@ -204,6 +204,12 @@ def _group_shapes(config: AttentionConfig) -> list[tuple[str, tuple[int, ...]]]:
         if config.has_bias(letter):
             shapes.append((name, shape))
     return shapes
+
+
+def group_config(config: AttentionConfig) -> AttentionConfig:
+    """One key/value group as a layer of its own: its m query heads and one key/value head."""
+    return config.replace(n_heads=config.group_size, n_kv_heads=1, head_dim=config.head_dim,
+                          value_dim=config.value_dim)
 
 
 def _group_params(config: AttentionConfig, theta_g: torch.Tensor) -> Params:
@@ -445,7 +451,7 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
     theta = flatten(params).detach()
     params = unflatten(config, theta)
     full_index = unflatten(config, torch.arange(P))
-    sub = config.replace(n_heads=m, n_kv_heads=1, head_dim=config.head_dim, value_dim=config.value_dim)
+    sub = group_config(config)
 
     # Z' = [Z, 1] = Q R, and W = stacked W_O (Hv x d)
     with torch.no_grad():

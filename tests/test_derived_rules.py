@@ -3,6 +3,7 @@ components ``count`` reports for the layers with extra parameters (norm gains, l
 import math
 
 import pytest
+import torch
 
 from idlib.attention import n_params, param_shapes
 from idlib.config import AttentionConfig, ConfigError
@@ -12,6 +13,8 @@ LN = ("qk_norm='layernorm' is derived for one layer with RoPE, without latent or
       "and with head_dim >= 3 (got {k}; without RoPE the centred heads have more symmetry, not derived)")
 WHOLE = ("qk_norm='whole' is derived for one layer without latent or centred inputs and with "
          "n_heads * head_dim = {hk} at most d_model = 8")
+LATENT_NORM = ("latent_norm=True needs 2 <= kv_latent <= 8 (the input dimension; got kv_latent={C}): the "
+               "count for other latent widths is not derived")
 STACK_BIAS = ("bias='{b}' with n_layers > 1: value and output biases (letters v, o) shift the residual "
               "stream between layers; that count is not derived")
 
@@ -47,12 +50,8 @@ REFUSED = [
     (dict(d_model=8, n_heads=2, head_dim=4, kv_latent=3, qk_norm="plain"),
      "qk_norm='plain' needs head_dim=4 at most kv_latent=3 (the count for a normalised head wider than "
      "the latent is not derived)"),
-    (dict(d_model=8, n_heads=2, kv_latent=1, latent_norm=True),
-     "latent_norm=True needs 2 <= kv_latent <= 8 (the input dimension; got kv_latent=1): the count for "
-     "other latent widths is not derived"),
-    (dict(d_model=8, n_heads=2, kv_latent=9, latent_norm=True),
-     "latent_norm=True needs 2 <= kv_latent <= 8 (the input dimension; got kv_latent=9): the count for "
-     "other latent widths is not derived"),
+    (dict(d_model=8, n_heads=2, kv_latent=1, latent_norm=True), LATENT_NORM.format(C=1)),
+    (dict(d_model=8, n_heads=2, kv_latent=9, latent_norm=True), LATENT_NORM.format(C=9)),
     (dict(d_model=4, n_heads=1, head_dim=5, softcap=30.0, bias="k"),
      "softcap with a key bias needs head_dim=5 at most the input dimension 4 (the count for a wider "
      "capped head is not derived)"),
@@ -134,8 +133,6 @@ def test_extra_components_are_named_for_their_parameters(kw, names):
     (dict(d_model=4, n_heads=1, value_dim=6, bias="vo"), None),       # v > b with an output bias
 ], ids=["shared-ln-zero-frequency", "v-equals-d", "v-above-d", "v-above-d-with-o"])
 def test_counts_at_the_edges_match_the_measured_rank(kw, freqs):
-    import torch
-
     from idlib.rank import measure
     config = AttentionConfig(**kw)
     f = None if freqs is None else torch.tensor(freqs, dtype=torch.float64)

@@ -7,8 +7,8 @@ import torch
 from idlib.attention import flatten, forward, init_params, n_params, param_slices, random_inputs
 from idlib.config import AttentionConfig
 from idlib.counting import count
-from idlib.fastrank import (StructureError, applicable, coupled_directions, group_parameter_index,
-                            head_outputs, lifted_image, structured_rank)
+from idlib.fastrank import (StructureError, applicable, coupled_directions, group_config,
+                            group_parameter_index, head_outputs, lifted_image, structured_rank)
 from idlib.rank import (AUTO_DENSE_MAX_PARAMS, CERTIFY_GAP, default_n_sequences, default_seq_len,
                         jacobian, measure, rank_from_singular_values)
 
@@ -377,7 +377,7 @@ def test_lifted_image_is_the_jacobian_times_x(kw):
     Zp = torch.cat([Z, torch.ones(B * n, 1, dtype=Z.dtype)], 1) if config.has_bias("o") else Z
     index = unflatten(config, torch.arange(P))
     gen = torch.Generator().manual_seed(5)
-    sub = config.replace(n_heads=m, n_kv_heads=1, head_dim=config.head_dim, value_dim=v)
+    sub = group_config(config)
     for g in range(config.n_kv_heads):
         idx = group_parameter_index(config, g)
         T = _group_jacobian(sub, flatten(params)[idx], X, None, 64)
@@ -403,8 +403,7 @@ def test_closed_form_blocks_are_the_forward_mode_blocks(kw):
     from idlib.fastrank import _group_jacobian, _group_jacobian_closed
     config = AttentionConfig(**kw)
     params, X = _setup(config)
-    sub = config.replace(n_heads=config.group_size, n_kv_heads=1, head_dim=config.head_dim,
-                         value_dim=config.value_dim)
+    sub = group_config(config)
     freqs = torch.tensor([0.3, 1.1], dtype=torch.float64)[:config.rotary_dim // 2] if config.rotary_dim == 4 else None
     for g in range(config.n_kv_heads):
         theta_g = flatten(params)[group_parameter_index(config, g)]
@@ -425,7 +424,7 @@ def test_parameterless_qk_norm_takes_forward_mode_blocks_and_agrees_with_dense()
     s = structured_rank(config, params, X)
     assert s.rank == rank == count(config).identified and s.gap >= CERTIFY_GAP
     with pytest.raises(AssertionError):
-        sub = config.replace(n_heads=1, n_kv_heads=1, head_dim=config.head_dim, value_dim=config.value_dim)
+        sub = group_config(config)
         theta_g = flatten(params)[group_parameter_index(config, 0)]
         assert torch.allclose(fr._group_jacobian_closed(sub, theta_g, X, None),
                               fr._group_jacobian(sub, theta_g, X, None, 64), atol=1e-10)
