@@ -119,17 +119,25 @@ unidentified count and j <= 16,000 / (B n):
   G 2 B m n^2 d k v for the key columns (the sum over keys s of A_ts (v_s - Z_t) x_s (R_s^T q_t));
   by forward mode (layers with parameterless query/key norms) G P_g tangents through one
   group's heads, ~ G P_g [2 B n d (m k + k + v) + 2 B n^2 m (k + v)] flops;
-* per group the Gram matrix of the projected block (B n m v x P_g) and its eigenvectors:
-  ~ G (B n m v P_g^2 + 9 P_g^3) flops, ~ 4 x 10^12 at d = 128, H = 16 (P_g = 3,072);
-* the coupled bound: G (2 B n j P_g r_g + 2 c m v P_g r_g) to set up, then per test (about six
+* per group the Gram matrix of the projected block (B n m v x P_g) and its eigenvectors.  The
+  value columns are Kronecker products (``block_gram``: K = [K_o, Y (x) I_v] up to the order of
+  rows, Y = Pi A [X, 1]), so only the n_o = (m + 1) d k query/key columns need a full Gram
+  matrix, formed from its lower block triangle (``gram``, 5/8 of a GEMM):
+  ~ G ((5/4) B n m v n_o^2 + 2 B n m v n_o (d + 1) + 9 P_g^3) flops, ~ 4 x 10^12 at d = 128,
+  H = 16 (P_g = 3,072, n_o = 2,048), nine tenths of it the eigensolver (the Gram matrix
+  dominates only where B n m v >> P_g: at d = 45, H = 5 it was half of the work);
+* the coupled bound: G (2 B n j n_o r_g + 2 B n m (d + 1) j r_g + 2 c m v P_g r_g) to set up
+  (``projected_times``, the value columns again through Y), then per test (about six
   in float32, usually one in float64) G (r_g^3 / 3 + B n j r_g^2 + (5/8) (B n j)^2 r_g) +
   (B n j)^3 / 3 -- the dominant term at d = 128 (B n j = 14,560: ~10^13 per test);
 * the upper bound: J X from the blocks, G (2 B n m v P_g u_g + 2 B n d (m v + c) u_g) flops,
-  then R factors of X (P x u) and J X (B n d x u): 2 (P + B n d) u^2.
+  then the Gram matrices of X and J X (B n d x u), ~ (c d + B n d) (1 + 1/G) u^2 from their
+  column blocks (``gram_of_blocks``; X is never formed: its parts lie on disjoint rows, N_g on
+  group g's and every dW_g on W', so X^T X = blockdiag(N_g^T N_g) + D^T D, D = [dW_1, ..., dW_G]).
 
 Memory (float64): one group's block at a time, 3 x 8 B n m v P_g bytes; kept per group
 8 (B n j r_g + r_g^2) bytes (and a float32 copy during the search) plus the test's Gram
-matrix, 8 (B n j)^2; the lifted kernel X, 8 P u, and J X, 8 B n d u.  J itself
+matrix, 8 (B n j)^2; D, 8 c d u, and J X, 8 B n d u.  J itself
 (8 B n d P bytes, 60 GB at d = 128) is never formed.  Measured on this project's 2-core
 machine (``make bench`` records the figures in benchmarks/results/): d = 45, H = 5 (P = 8,100)
 in ~2.7 s; d = 64, H = 8 (P = 16,384) in ~30 s, certified gap ~4e7; d = 128, H = 16
@@ -344,7 +352,10 @@ def _group_jacobian_closed(sub: AttentionConfig, theta_g: torch.Tensor, X: torch
     eye_v = torch.eye(vd, dtype=DTYPE)
     cols = {
         "W_Q": scale * torch.einsum("bta,bhtce,hg->bhtcgae", Xc, RC, eye_m).reshape(B, m, n, vd, -1),
-        "W_K": scale * torch.einsum("bhtsc,bsa,bhtse->bhtcae", AD, Xc, Rq).reshape(B, m, n, vd, -1),
+        "W_K": scale * (torch.einsum("bhtsc,bsa,bhtse->bhtcae", AD, Xc, Rq) if sub.rotary_dim else
+                        # no RoPE: R_s^T q_t = q_t for every key s, so the sum over s is A D^T X
+                        torch.einsum("bhtsc,bsa->bhtca", AD, Xc)[..., None] * q[:, :, :, None, None, :]
+                        ).reshape(B, m, n, vd, -1),
         "W_V": torch.einsum("bhta,cf->bhtcaf", A @ Xc[:, None], eye_v).reshape(B, m, n, vd, -1),
         "b_Q": scale * torch.einsum("bhtce,hg->bhtcge", RC, eye_m).reshape(B, m, n, vd, -1),
         "b_K": scale * torch.einsum("bhtsc,bhtse->bhtce", AD, Rq).reshape(B, m, n, vd, -1),
@@ -356,7 +367,104 @@ def _group_jacobian_closed(sub: AttentionConfig, theta_g: torch.Tensor, X: torch
 def _norm2(A: torch.Tensor) -> float:
     """||A||_2 from the smaller Gram matrix's largest eigenvalue (GEMM speed), rounded up."""
     G = A @ A.T if A.shape[0] <= A.shape[1] else A.T @ A
-    return math.sqrt(max(torch.linalg.eigvalsh(G)[-1].item(), 0.0)) * (1 + 1e-10)
+    # eigh, not eigvalsh: with MKL the eigenvectors come faster than the eigenvalues alone
+    return math.sqrt(max(torch.linalg.eigh(G)[0][-1].item(), 0.0)) * (1 + 1e-10)
+
+
+GRAM_BLOCKS = 4    # a Gram matrix A^T A is formed as 4 x 4 column blocks, the lower ones only
+
+
+def gram(A: torch.Tensor, blocks: int = GRAM_BLOCKS) -> torch.Tensor:
+    """A^T A (symmetric) from its lower block triangle: (blocks + 1) / (2 blocks) of a GEMM's flops."""
+    n = A.shape[1]
+    cuts = [n * i // blocks for i in range(blocks + 1)]
+    out = torch.zeros(n, n, dtype=A.dtype)
+    for a, b in zip(cuts, cuts[1:]):
+        out[a:b, :b].addmm_(A[:, a:b].T, A[:, :b])
+    return out.tril() + out.tril(-1).T
+
+
+def gram_of_blocks(parts: list[torch.Tensor]) -> torch.Tensor:
+    """A^T A for A = [A_1, ..., A_G] (same rows) without forming A: A_g^T A_h for h < g, mirrored,
+    and ``gram`` on the diagonal blocks."""
+    cuts = [0]
+    for part in parts:
+        cuts.append(cuts[-1] + part.shape[1])
+    out = torch.empty(cuts[-1], cuts[-1], dtype=parts[0].dtype)
+    for g, A in enumerate(parts):
+        rows = slice(cuts[g], cuts[g + 1])
+        out[rows, rows] = gram(A)
+        for h in range(g):
+            out[rows, cuts[h]:cuts[h + 1]] = A.T @ parts[h]
+            out[cuts[h]:cuts[h + 1], rows] = out[rows, cuts[h]:cuts[h + 1]].T
+    return out
+
+
+def value_columns(sub: AttentionConfig) -> torch.Tensor:
+    """Positions, among one group's P_g parameters, of W_V then b_V, in (input a, value f) order
+    (b_V as the input a = d): the columns where J_Z^g = (A_h [X, 1]) (x) I_v."""
+    offset, cols = 0, []
+    for name, shape in _group_shapes(sub):
+        size = math.prod(shape)
+        if name in ("W_V", "b_V"):
+            cols.append(offset + torch.arange(size))
+        offset += size
+    return torch.cat(cols)
+
+
+@dataclass(frozen=True)
+class SplitBlock:
+    """One group's projected block K = (I (x) Pi) J_Z^g (B n, m v, P_g), split by its structure:
+    K[:, :, ocols] = Ko (queries and keys, dense) and K[:, (h, c), vcols[(a, f)]] = delta_cf
+    Y[:, h, a] (values: Y_h = Pi A_h [X, 1], B n x d', a Kronecker factor)."""
+
+    Ko: torch.Tensor        # (B n, m v, n_o)
+    Y: torch.Tensor         # (B n, m, d')
+    ocols: torch.Tensor     # positions of Ko's columns among the P_g
+    vcols: torch.Tensor     # positions of the value columns, (a, f) order
+
+
+def split_block(K: torch.Tensor, sub: AttentionConfig) -> SplitBlock:
+    """K's query/key columns and its value factor Y (read off K: the columns f = 0, rows c = 0)."""
+    rows, _, P_g = K.shape
+    m, v = sub.group_size, sub.value_dim
+    vcols = value_columns(sub)
+    keep = torch.ones(P_g, dtype=torch.bool)
+    keep[vcols] = False
+    ocols = keep.nonzero().reshape(-1)
+    return SplitBlock(Ko=K[:, :, ocols], Y=K.reshape(rows, m, v, P_g)[:, :, 0, vcols[::v]],
+                      ocols=ocols, vcols=vcols)
+
+
+def block_gram(split: SplitBlock) -> torch.Tensor:
+    """K^T K from the split block: the value-value block is (sum_h Y_h^T Y_h) (x) I_v and the
+    cross block sum_{r, h} Ko[r, (h, f), p] Y_h[r, a]; only the query/key block is a Gram matrix
+    of B n m v rows (about 4/9 of K^T K's flops at k = v, m = 1, and 5/8 of that by ``gram``)."""
+    Ko, Y, ocols, vcols = split.Ko, split.Y, split.ocols, split.vcols
+    rows, m, n_in = Y.shape
+    n_o, P_g = ocols.numel(), ocols.numel() + vcols.numel()
+    v = vcols.numel() // n_in
+    G_oV = torch.einsum("rhfp,rha->paf", Ko.reshape(rows, m, v, n_o), Y).reshape(n_o, n_in * v)
+    permuted = torch.cat([torch.cat([gram(Ko.reshape(rows * m * v, n_o)), G_oV], dim=1),
+                          torch.cat([G_oV.T, torch.kron(gram(Y.reshape(rows * m, n_in)),
+                                                        torch.eye(v, dtype=Y.dtype))], dim=1)])
+    order = torch.cat([ocols, vcols])
+    out = torch.empty(P_g, P_g, dtype=Y.dtype)
+    out[order[:, None], order[None, :]] = permuted
+    return out
+
+
+def projected_times(split: SplitBlock, U: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    """(U^T (x) I) K V for U (m v, j) and V (P_g, r), rows (token, i): the query/key columns by a
+    GEMM, the value columns through Y (sum_{h, a} Y[:, h, a] sum_f U[(h, f), i] V[(a, f), :])."""
+    Ko, Y, ocols, vcols = split.Ko, split.Y, split.ocols, split.vcols
+    rows, m, n_in = Y.shape
+    j, r = U.shape[1], V.shape[1]
+    v = vcols.numel() // n_in
+    out = torch.einsum("rip,ik->rkp", Ko, U).reshape(rows * j, -1) @ V[ocols]
+    UV = torch.einsum("hfk,afs->haks", U.reshape(m, v, j), V[vcols].reshape(n_in, v, r))
+    out += (Y.reshape(rows, m * n_in) @ UV.reshape(m * n_in, j * r)).reshape(rows * j, r)
+    return out
 
 
 def coupled_directions(hv: int, rows: int, budget: int = 16000) -> int:
@@ -450,7 +558,6 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
     P = n_params(config)
     theta = flatten(params).detach()
     params = unflatten(config, theta)
-    full_index = unflatten(config, torch.arange(P))
     sub = group_config(config)
 
     # Z' = [Z, 1] = Q R, and W = stacked W_O (Hv x d)
@@ -474,7 +581,7 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
 
     ranks, gaps, kernels, sig_r, norm_M, norm_L, norm_JZ = [], [], [], [], [], [], []
     u = 0
-    lifted_cols, lifted_images = [], []                                # x and J x
+    kernel_grams, lifted_outputs, lifted_images = [], [], []          # the parts of x, and J x
     # the coupled bound (module docstring): W's j smallest left singular directions U_j
     U_W, s_W_all, _ = torch.linalg.svd(W, full_matrices=False)          # descending
     j = coupled_directions(H * v, B * n)
@@ -509,7 +616,9 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
         # K_g^T K_g = V diag(lambda) V^T (GEMM, then a symmetric eigensolver: ~6x faster than
         # QR + SVD); the cut is taken on lambda with the Gram matrix's own round-off tolerance
         # lambda_1 max(rows, P_g) eps, so sigma_i = sqrt(lambda_i) is trusted down to ~1e-6 sigma_1
-        lam, Vg = torch.linalg.eigh(Kmat.T @ Kmat)
+        split = split_block(K, sub)
+        G_K = block_gram(split)
+        lam, Vg = torch.linalg.eigh(G_K)
         lam, Vh = lam.flip(0).clamp_min(0.0), Vg.flip(1).T                # descending
         S = lam.sqrt()
         r_g, gap_g = rank_from_singular_values(lam, (K.shape[0] * K.shape[1], K.shape[2]))
@@ -518,7 +627,7 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
         if r_g:
             Vs = Vh[:r_g].T                                              # (P_g, r_g)
             Uj_g = U_j[g * m * v:(g + 1) * m * v]                        # (mv, j)
-            TS = torch.einsum("rip,ik->rkp", K, Uj_g).reshape(-1, K.shape[-1]) @ Vs
+            TS = projected_times(split, Uj_g, Vs)
             MV = Lg.reshape(-1, K.shape[-1]) @ Vs                        # R^{-1} Q^T delta Z V_S
             blocks.append((S[:r_g].clone(), TS, s_W_all[0].item() ** 2 * (MV.T @ MV)))
             del MV
@@ -540,15 +649,11 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
             Wg = W[g * m * v:(g + 1) * m * v]                            # (mv, d)
             QdZW = torch.einsum("cjk,jd->cdk", MN, Wg).reshape(c, -1)    # (c, d * u_g)
             dW = -torch.linalg.solve_triangular(Rz, QdZW, upper=True).reshape(c, d, u_g)
-            x = torch.zeros(P, u_g, dtype=DTYPE)
-            x[idx] = N
-            x[full_index["W_O"].reshape(-1)] = dW[:H * v].reshape(H * v * d, u_g)
-            if config.has_bias("o"):
-                x[full_index["b_O"]] = dW[H * v]
-            lifted_cols.append(x)
+            kernel_grams.append(N.T @ N)                                 # x = (N on idx, dW on W')
+            lifted_outputs.append(dW.reshape(c * d, u_g))
             lifted_images.append(lifted_image(T, N, Wg, Zmat, dW))
         u += u_g
-        del T, M, K, Kmat, Vh
+        del T, M, K, Kmat, Vh, G_K, split
 
     rank = P - u
     s_min_W = s_W.min().item() if H * v <= d else 0.0
@@ -569,16 +674,15 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
     if u:
         # V = X R_X^{-1} orthonormal (X^T X = R_X^T R_X), so the squared singular values of J V
         # are the eigenvalues of R_X^{-T} (J X)^T (J X) R_X^{-1}: two Gram matrices of order u
-        X = torch.cat(lifted_cols, dim=1)
-        lifted_cols.clear()
-        L_X = torch.linalg.cholesky(X.T @ X)                              # R_X^T
-        del X
-        JX = torch.cat(lifted_images, dim=1)
+        # (the parts of X lie on disjoint rows -- N_g on group g's, all dW on W' -- so X^T X =
+        # blockdiag(N_g^T N_g) + D^T D, D = [dW_1, ..., dW_G]; X itself is never formed)
+        XtX = gram_of_blocks(lifted_outputs) + torch.block_diag(*kernel_grams)
+        lifted_outputs.clear()
+        L_X = torch.linalg.cholesky(XtX)                                  # R_X^T
+        B_J = torch.linalg.solve_triangular(L_X, gram_of_blocks(lifted_images), upper=False)
         lifted_images.clear()
-        B_J = torch.linalg.solve_triangular(L_X, JX.T @ JX, upper=False)
-        del JX
         B_J = torch.linalg.solve_triangular(L_X, B_J.T, upper=False)      # L^{-1} G_J L^{-T}
-        ev = torch.linalg.eigvalsh((B_J + B_J.T) / 2).clamp_min(0.0)
+        ev = torch.linalg.eigh((B_J + B_J.T) / 2)[0].clamp_min(0.0)      # (faster than eigvalsh)
         kernel_sv = ev.flip(0).sqrt()
         sigma_next = kernel_sv.max().item()
     else:
