@@ -40,16 +40,22 @@ def roundoff_tolerance(sigma_max: float, shape: tuple[int, int]) -> float:
     return sigma_max * max(shape) * torch.finfo(torch.float64).eps
 
 
-def rank_from_singular_values(sv: torch.Tensor, shape: tuple[int, int]) -> tuple[int, float]:
+def rank_from_singular_values(sv: torch.Tensor, shape: tuple[int, int],
+                              scale: float = 0.0) -> tuple[int, float]:
     """(rank, gap): rank = #{sigma > tau}; gap = sigma_r / max(sigma_{r+1}, tau) (= sigma_r / tau).
 
-    A zero matrix has rank 0 and gap inf.
+    tau = ``roundoff_tolerance(max(sigma_1, scale), shape)``: ``scale`` is the size of what the
+    matrix was computed from (a difference of larger terms is round-off up to their size, not its
+    own).  A zero matrix has rank 0 and gap inf; a matrix that is round-off throughout has rank 0
+    and gap tau / sigma_1.
     """
     sv = sv.sort(descending=True).values
     if sv.numel() == 0 or sv[0] == 0:
         return 0, math.inf
-    tol = roundoff_tolerance(sv[0].item(), shape)
+    tol = roundoff_tolerance(max(sv[0].item(), scale), shape)
     rank = int((sv > tol).sum())
+    if rank == 0:
+        return 0, tol / sv[0].item()
     below = sv[rank].item() if rank < sv.numel() else 0.0
     return rank, sv[rank - 1].item() / max(below, tol)
 

@@ -400,6 +400,16 @@ def gram_of_blocks(parts: list[torch.Tensor]) -> torch.Tensor:
     return out
 
 
+def orthonormalised_singular_values(XtX: torch.Tensor, G_J: torch.Tensor) -> torch.Tensor:
+    """sigma_i(J V), descending, for V = X L^{-T} (orthonormal columns; X^T X = L L^T), from the two
+    Gram matrices X^T X and G_J = (J X)^T (J X): sqrt(eig(L^{-1} G_J L^{-T}))."""
+    L = torch.linalg.cholesky(XtX)
+    B = torch.linalg.solve_triangular(L, G_J, upper=False)
+    B = torch.linalg.solve_triangular(L, B.T, upper=False)                # L^{-1} G_J L^{-T}
+    ev = torch.linalg.eigh((B + B.T) / 2)[0].clamp_min(0.0)               # (eigh: faster than eigvalsh)
+    return ev.flip(0).sqrt()
+
+
 def value_columns(sub: AttentionConfig) -> torch.Tensor:
     """Positions, among one group's P_g parameters, of W_V then b_V, in (input a, value f) order
     (b_V as the input a = d): the columns where J_Z^g = (A_h [X, 1]) (x) I_v."""
@@ -481,6 +491,41 @@ GRAM_ROW_BLOCKS = 4  # the coupled test's Gram matrix is formed as 4 x 4 blocks,
 CERTIFY_TRIES = 8  # float64 tests of the coupled bound, from the float32 search's lam down by 2^(1/4)
 
 
+@dataclass(frozen=True)
+class FactoredRows:
+    """T_g Sigma_g = (U_g^T (x) I) E kept as its factors: E = K_g V_g (B n m v x r_g, rows
+    (token, a)) and U_g (m v x j), W's j directions on group g's rows.  Smaller than the product
+    when m v < j (one key/value head per group of many heads: d = 128, H = 16 has m v = 8, j = 16)."""
+
+    E: torch.Tensor
+    U: torch.Tensor
+
+    def to(self, dtype: torch.dtype) -> "FactoredRows":
+        return FactoredRows(self.E.to(dtype), self.U.to(dtype))
+
+
+def factored_is_cheaper(rows: int, mv: int, j: int, r: int) -> bool:
+    """True when the coupled test costs fewer flops per group with ``FactoredRows``:
+    r^2 B n m v + (5/4) (B n m v)^2 r + 2 (B n)^2 m v j (m v + j) (solve, E E^T, the sandwich)
+    against r^2 B n j + (5/4) (B n j)^2 r (solve, Y Y^T)."""
+    direct = r * r * rows * j + 1.25 * (rows * j) ** 2 * r
+    factored = r * r * rows * mv + 1.25 * (rows * mv) ** 2 * r + 2 * rows * rows * mv * j * (mv + j)
+    return factored < direct
+
+
+def _add_factored_gram(out: torch.Tensor, rows_of: FactoredRows, C: torch.Tensor,
+                       w: torch.Tensor, rows: int) -> None:
+    """out += Y Y^T for Y = Delta^{1/2} (U^T (x) I) E C^{-T}, through F = (E C^{-T}) (E C^{-T})^T
+    (order B n m v) and the sandwich (Omega^T (x) I) F (Omega (x) I), Omega = U Delta^{1/2}."""
+    mv, j = rows_of.U.shape
+    E = torch.linalg.solve_triangular(C, rows_of.E.T, upper=False)        # (r_g, Bn mv)
+    F = gram(E)                                                           # (Bn mv, Bn mv)
+    omega = rows_of.U * w[None, :]
+    right = (F.reshape(rows * mv * rows, mv) @ omega).reshape(rows, mv, rows * j)
+    del F
+    out.view(rows, j, rows * j).baddbmm_(omega.T.expand(rows, j, mv), right)
+
+
 def _coupled_test(blocks, lam: float, alpha: float, delta: torch.Tensor, rows: int,
                   s: float) -> bool:
     """True if alpha Sigma^2 - lam N - (T Sigma)^T Delta (T Sigma) >= 0 (see the module docstring).
@@ -502,13 +547,16 @@ def _coupled_test(blocks, lam: float, alpha: float, delta: torch.Tensor, rows: i
     w = delta.sqrt().repeat(rows)[:, None].to(factors[0].dtype)
     q = w.shape[0]
     cuts = [q * i // GRAM_ROW_BLOCKS for i in range(GRAM_ROW_BLOCKS + 1)]
-    gram = torch.zeros(q, q, dtype=w.dtype)
+    product = torch.zeros(q, q, dtype=w.dtype)
     for (_, TS, _), C in zip(blocks, factors):
+        if isinstance(TS, FactoredRows):
+            _add_factored_gram(product, TS, C, delta.sqrt().to(C.dtype), rows)
+            continue
         Y = torch.linalg.solve_triangular(C, TS.T, upper=False).T * w      # (rows j, r_g)
         for a, b in zip(cuts, cuts[1:]):          # the lower triangle only (5/8 of the flops)
-            gram[a:b, :b].addmm_(Y[a:b], Y[:b].T)
-    gram.neg_().diagonal().add_(1.0 - SAFETY)      # (1 - SAFETY) I - gram: PD iff it passes
-    return torch.linalg.cholesky_ex(gram)[1].item() == 0      # reads the lower triangle only
+            product[a:b, :b].addmm_(Y[a:b], Y[:b].T)
+    product.neg_().diagonal().add_(1.0 - SAFETY)   # (1 - SAFETY) I - Y Y^T: PD iff it passes
+    return torch.linalg.cholesky_ex(product)[1].item() == 0      # reads the lower triangle only
 
 
 def coupled_lower_bound(blocks, s_W: torch.Tensor, j: int, rows: int, s: float) -> float:
@@ -525,7 +573,7 @@ def coupled_lower_bound(blocks, s_W: torch.Tensor, j: int, rows: int, s: float) 
     alpha = s_W[j].item() ** 2
     delta = (alpha - s_W[:j] ** 2).clamp_min(0.0)
     lam_top = min(s * s / 2, alpha * min(S[-1].item() for S, _, _ in blocks) ** 2)
-    screen = [(S.float(), TS.float(), ML.float()) for S, TS, ML in blocks]
+    screen = [(S.float(), TS.to(torch.float32), ML.float()) for S, TS, ML in blocks]
     lo = 0.0
     for i in range(1, 31):
         if _coupled_test(screen, lam_top * 4.0 ** -i, alpha, delta, rows, s):
@@ -621,13 +669,19 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
         lam, Vg = torch.linalg.eigh(G_K)
         lam, Vh = lam.flip(0).clamp_min(0.0), Vg.flip(1).T                # descending
         S = lam.sqrt()
-        r_g, gap_g = rank_from_singular_values(lam, (K.shape[0] * K.shape[1], K.shape[2]))
+        # (K = T - Q Q^T T is round-off up to the size of T, not of K: the cut's scale is
+        # ||T||^2 <= ||Q^T T||^2 + ||K||^2; at B n = c rows Pi = 0 and every K_g is round-off)
+        r_g, gap_g = rank_from_singular_values(lam, (K.shape[0] * K.shape[1], K.shape[2]),
+                                               scale=norm_M[-1] ** 2 + lam[0].item())
         gap_g = math.sqrt(gap_g)
         seconds["block_svd"] += time.perf_counter() - t0
         if r_g:
             Vs = Vh[:r_g].T                                              # (P_g, r_g)
             Uj_g = U_j[g * m * v:(g + 1) * m * v]                        # (mv, j)
-            TS = projected_times(split, Uj_g, Vs)
+            if factored_is_cheaper(B * n, m * v, j, r_g):
+                TS = FactoredRows(projected_times(split, torch.eye(m * v, dtype=DTYPE), Vs), Uj_g)
+            else:
+                TS = projected_times(split, Uj_g, Vs)                     # (Bn j, r_g)
             MV = Lg.reshape(-1, K.shape[-1]) @ Vs                        # R^{-1} Q^T delta Z V_S
             blocks.append((S[:r_g].clone(), TS, s_W_all[0].item() ** 2 * (MV.T @ MV)))
             del MV
@@ -678,12 +732,8 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
         # blockdiag(N_g^T N_g) + D^T D, D = [dW_1, ..., dW_G]; X itself is never formed)
         XtX = gram_of_blocks(lifted_outputs) + torch.block_diag(*kernel_grams)
         lifted_outputs.clear()
-        L_X = torch.linalg.cholesky(XtX)                                  # R_X^T
-        B_J = torch.linalg.solve_triangular(L_X, gram_of_blocks(lifted_images), upper=False)
+        kernel_sv = orthonormalised_singular_values(XtX, gram_of_blocks(lifted_images))
         lifted_images.clear()
-        B_J = torch.linalg.solve_triangular(L_X, B_J.T, upper=False)      # L^{-1} G_J L^{-T}
-        ev = torch.linalg.eigh((B_J + B_J.T) / 2)[0].clamp_min(0.0)      # (faster than eigvalsh)
-        kernel_sv = ev.flip(0).sqrt()
         sigma_next = kernel_sv.max().item()
     else:
         kernel_sv = torch.zeros(0, dtype=DTYPE)

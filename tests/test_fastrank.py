@@ -253,9 +253,11 @@ def test_applicable_names_each_rule():
     assert coupled_directions(64, 40000) == 1 and coupled_directions(1, 10) == 0
 
 
-def test_explicit_frequencies_reach_every_part():
-    """Two planes with one frequency: a larger commutant; both routes see the given angles."""
-    config = AttentionConfig(d_model=8, n_heads=2, rope_fraction=1.0)
+@pytest.mark.parametrize("qk_norm", ["none", "plain"], ids=["closed-form", "forward-mode"])
+def test_explicit_frequencies_reach_every_part(qk_norm):
+    """Two planes with one frequency: a larger commutant; both routes see the given angles (also
+    through the forward-mode blocks of a layer with query/key norms)."""
+    config = AttentionConfig(d_model=8, n_heads=2, rope_fraction=1.0, qk_norm=qk_norm)
     params, X = _setup(config)
     freqs = torch.tensor([0.7, 0.7], dtype=torch.float64)
     s = structured_rank(config, params, X, frequencies=freqs)
@@ -494,3 +496,188 @@ def test_split_block_gram_and_products_are_those_of_K(kw):
         V = torch.randn(K.shape[-1], 5, generator=gen, dtype=torch.float64)
         want = torch.einsum("rip,ik->rkp", K, U).reshape(-1, K.shape[-1]) @ V
         assert torch.allclose(projected_times(split, U, V), want, rtol=0, atol=1e-12 * want.abs().max().item())
+
+
+def test_orthonormalised_singular_values_are_those_of_J_times_an_orthonormal_basis():
+    """From X^T X and (J X)^T (J X) alone: the singular values of J Q, Q = orth(X), descending,
+    to 1e-10 (X far from orthonormal, so a transposed factor or a wrong symmetrisation shows)."""
+    from idlib.fastrank import orthonormalised_singular_values
+    gen = torch.Generator().manual_seed(4)
+    X = torch.randn(30, 6, generator=gen, dtype=torch.float64) @ torch.diag(
+        torch.tensor([1.0, 3.0, 0.2, 5.0, 1.5, 0.7], dtype=torch.float64))
+    X[:, 1] += 2 * X[:, 0]
+    J = torch.randn(20, 30, generator=gen, dtype=torch.float64)
+    want = torch.linalg.svdvals(J @ torch.linalg.qr(X)[0])
+    got = orthonormalised_singular_values(X.T @ X, (J @ X).T @ (J @ X))
+    assert torch.all(got[:-1] >= got[1:])
+    assert torch.allclose(got, want, rtol=1e-10, atol=0)
+
+
+# -- the guards, the corner of B n = c rows, and what reaches the coupled bound ------------------
+
+def _perturbed(fn, size, where):
+    """fn with `size` added at one entry of its output (the entry `where` picks)."""
+    def wrapped(*args, **kw):
+        out = fn(*args, **kw).clone()
+        flat = out.reshape(-1)
+        flat[where(flat)] += size
+        return out
+    return wrapped
+
+
+def test_output_guard_takes_round_off_and_refuses_anything_more(monkeypatch):
+    """The layer's output must be Z' W' to 1e-12 relative (atol 1e-12 max|out|): a change of
+    0.5e-12 max|out| at the smallest entry passes, 1e-9 max|out| at the largest is refused."""
+    import idlib.fastrank as fr
+    config = AttentionConfig(d_model=8, n_heads=2, bias="o")
+    params, X = _setup(config)
+    params["W_O"] = 30 * params["W_O"]                      # max|out| >> 1, so atol / max differs
+    top = fr.forward(config, params, X).abs().max().item()
+    assert top > 5
+    monkeypatch.setattr(fr, "forward", _perturbed(fr.forward, 0.5e-12 * top, lambda f: f.abs().argmin()))
+    assert structured_rank(config, params, X).rank == count(config).identified
+    monkeypatch.setattr(fr, "forward", _perturbed(fr.forward.__wrapped__ if hasattr(fr.forward, "__wrapped__")
+                                                  else forward, 1e-9 * top, lambda f: f.abs().argmax()))
+    with pytest.raises(StructureError) as err:
+        structured_rank(config, params, X)
+    assert str(err.value) == "the layer's output is not (head outputs) @ W_O + b_O"
+
+
+def test_group_guard_takes_round_off_and_refuses_anything_more(monkeypatch):
+    """Each group's heads recomputed from its own parameters must match Z to 1e-12 relative,
+    1e-13 absolute; 1e-9 on one entry of group 1 is refused, naming the group."""
+    import idlib.fastrank as fr
+    config = AttentionConfig(d_model=8, n_heads=4, n_kv_heads=2)
+    params, X = _setup(config)
+    real = fr.head_outputs
+    calls = []
+
+    def heads(cfg, *args, **kw):
+        out = real(cfg, *args, **kw)
+        if cfg.n_kv_heads == 1:                          # a group's own recomputation
+            calls.append(cfg)
+            if len(calls) == 2:                          # group 1
+                out = out.clone()
+                out.reshape(-1)[out.abs().reshape(-1).argmin()] += size
+        return out
+
+    monkeypatch.setattr(fr, "head_outputs", heads)
+    size = 5e-14
+    assert structured_rank(config, params, X).rank == count(config).identified
+    calls.clear()
+    size = 1e-9
+    with pytest.raises(StructureError) as err:
+        structured_rank(config, params, X)
+    assert str(err.value) == ("heads of key/value group 1 are not a function of the group's own "
+                              "parameters")
+
+
+def test_rows_must_cover_the_columns_of_Z_and_at_equality_only_W_O_is_identified():
+    """B n < c rows is refused with the numbers; at B n = c, Pi = 0: every K_g is zero, the rank is
+    d c (the output projection alone) and the bound is sigma_min(Z') itself."""
+    config = AttentionConfig(d_model=8, n_heads=2)
+    params = init_params(config, 0)
+    with pytest.raises(StructureError) as err:
+        structured_rank(config, params, random_inputs(config, 1, 7, 0))
+    assert str(err.value) == "B * n = 7 rows must be at least the 8 columns of Z'"
+    X = random_inputs(config, 1, 8, 0)
+    s = structured_rank(config, params, X)
+    J = jacobian(config, params, X)
+    sv = torch.linalg.svdvals(J)
+    assert s.rank == 64 == rank_from_singular_values(sv, tuple(J.shape))[0]
+    assert s.block_ranks == (0, 0) and s.factors["min_block_sigma_r"] == math.inf
+    assert s.factors["coupled"] == 0.0 and s.factors["a"] == math.inf
+    Z = head_outputs(config, params, X).permute(0, 2, 1, 3).reshape(8, 8)
+    assert math.isclose(s.factors["uncoupled"], torch.linalg.svdvals(Z).min().item(), rel_tol=1e-12)
+    assert s.sigma_r_lower == s.factors["uncoupled"] <= sv[63].item() * (1 + 1e-9)
+
+
+def test_what_reaches_the_coupled_bound_is_its_definition(monkeypatch):
+    """The blocks handed to coupled_lower_bound, against dense SVDs: Sigma_g = the r_g nonzero
+    singular values of K_g; (T Sigma)(T Sigma)^T = (U_j^T (x) I) K K^T (U_j (x) I) and the spectrum
+    of ||W||^2 (L V)^T (L V) (both free of the basis V); W's singular values ascending, j from
+    coupled_directions(H v, B n), B n rows, s = sigma_min(Z')."""
+    import idlib.fastrank as fr
+    from idlib.attention import unflatten
+    config = AttentionConfig(d_model=8, n_heads=4, n_kv_heads=2, bias="qko")
+    params, X = _setup(config)
+    seen, directions = {}, []
+    real_bound, real_directions = fr.coupled_lower_bound, fr.coupled_directions
+
+    def bound(blocks, s_W, j, rows, s):
+        seen.update(blocks=blocks, s_W=s_W, j=j, rows=rows, s=s)
+        return real_bound(blocks, s_W, j, rows, s)
+
+    def count_directions(hv, rows):
+        directions.append((hv, rows))
+        return real_directions(hv, rows)
+
+    monkeypatch.setattr(fr, "coupled_lower_bound", bound)
+    monkeypatch.setattr(fr, "coupled_directions", count_directions)
+    structured_rank(config, params, X)
+    B, n = X.shape[0], X.shape[1]
+    H, G, m, v, d = config.n_heads, config.n_kv_heads, config.group_size, config.value_dim, config.d_model
+    assert directions == [(H * v, B * n)] and seen["rows"] == B * n
+    W = params["W_O"].reshape(H * v, d)
+    U, sW, _ = torch.linalg.svd(W)
+    assert torch.allclose(seen["s_W"], sW.flip(0), rtol=1e-12, atol=0)
+    j = seen["j"]
+    Uj = U[:, H * v - j:].flip(1)
+    theta = flatten(params)
+
+    def zmat(t):
+        return head_outputs(config, unflatten(config, t), X).permute(0, 2, 1, 3).reshape(B * n, H * v)
+
+    JZ = torch.func.jacfwd(zmat)(theta)
+    Zp = torch.cat([zmat(theta), torch.ones(B * n, 1, dtype=torch.float64)], dim=1)
+    Q, R = torch.linalg.qr(Zp)
+    assert math.isclose(seen["s"], torch.linalg.svdvals(Zp).min().item(), rel_tol=1e-12)
+    for g, (S, TS, ML) in enumerate(seen["blocks"]):
+        Jg = JZ[:, g * m * v:(g + 1) * m * v][..., group_parameter_index(config, g)]
+        M = torch.einsum("rc,rjp->cjp", Q, Jg)
+        K = Jg - torch.einsum("rc,cjp->rjp", Q, M)
+        _, sv, Vh = torch.linalg.svd(K.reshape(-1, K.shape[-1]))
+        r = S.numel()
+        assert torch.allclose(S, sv[:r], rtol=1e-10, atol=0) and sv[r].item() < 1e-12 * sv[0].item()
+        KU = torch.einsum("rip,ik->rkp", K, Uj[g * m * v:(g + 1) * m * v]).reshape(-1, K.shape[-1])
+        want = KU @ KU.T
+        assert torch.allclose(TS @ TS.T, want, rtol=0, atol=1e-10 * want.abs().max().item())
+        L = torch.linalg.solve_triangular(R, M.reshape(R.shape[0], -1), upper=True).reshape(-1, K.shape[-1])
+        LV = L @ Vh[:r].T
+        want = sW[0].item() ** 2 * torch.linalg.eigvalsh(LV.T @ LV).flip(0)
+        got = torch.linalg.eigvalsh(ML).flip(0)
+        assert torch.allclose(got, want, rtol=0, atol=1e-10 * want.max().item())
+
+
+def test_factored_rows_decide_as_their_product():
+    """FactoredRows(E, U) in the coupled test = the product (U^T (x) I) E (rows (token, i)): the
+    same threshold to 1e-7 on both sides, in float64 and through the float32 search."""
+    from idlib.fastrank import FactoredRows, _coupled_test, coupled_lower_bound
+    gen = torch.Generator().manual_seed(5)
+    rows, mv, j, r = 3, 2, 3, 5
+    factored, product = [], []
+    for S, _, ML in _synthetic_blocks(seed=2, rows=rows, j=j, r=r):
+        E = 0.3 * torch.randn(rows * mv, r, generator=gen, dtype=torch.float64)
+        U = torch.randn(mv, j, generator=gen, dtype=torch.float64)
+        TS = torch.einsum("rap,ak->rkp", E.reshape(rows, mv, r), U).reshape(rows * j, r)
+        factored.append((S, FactoredRows(E, U), ML))
+        product.append((S, TS, ML))
+    alpha, s = 1.5, 50.0
+    delta = torch.tensor([0.9, 0.4, 0.1], dtype=torch.float64)
+    star = _threshold(product, alpha, delta, rows, s, hi=min(s * s / 2, alpha))
+    assert 0 < star
+    for blocks in (factored, product):
+        assert _coupled_test(blocks, star * (1 - 1e-7), alpha, delta, rows, s)
+        assert not _coupled_test(blocks, star * (1 + 1e-7), alpha, delta, rows, s)
+    s_W = torch.tensor([0.2, 0.7, 1.0, 1.3, 2.0], dtype=torch.float64)
+    assert coupled_lower_bound(factored, s_W, j, rows, s) == coupled_lower_bound(product, s_W, j, rows, s) > 0
+
+
+def test_factored_rows_are_taken_where_they_are_cheaper():
+    """d = 128, H = 16 (B n = 910, m v = 8, j = 16, r_g ~ 2,900): factored, ~3.5x fewer flops;
+    d = 45, H = 5 (m v = 9 > j = 6) and 4 key/value groups at d = 128 (m v = 32): the product."""
+    from idlib.fastrank import factored_is_cheaper
+    assert factored_is_cheaper(910, 8, 16, 2944)
+    assert not factored_is_cheaper(329, 9, 6, 1053)
+    assert not factored_is_cheaper(910, 32, 16, 5888)
+    assert not factored_is_cheaper(100, 8, 8, 300)
