@@ -39,12 +39,36 @@ from .config import AttentionConfig
 
 
 def null_space(M: torch.Tensor, rtol: float = 1e-10) -> torch.Tensor:
-    """Orthonormal basis (columns) of {x : M x = 0}."""
+    """Orthonormal basis (columns) of {x : M x = 0}, rank cut at rtol * max(sigma_1, 1).
+
+    The basis is canonical (:func:`canonical_basis`): the same on every machine, whichever
+    basis of a repeated singular value the SVD returns."""
     if M.numel() == 0:
         return torch.eye(M.shape[1], dtype=M.dtype)
     _, s, Vh = torch.linalg.svd(M, full_matrices=True)
     rank = int((s > rtol * max(s.max().item(), 1.0)).sum())
-    return Vh[rank:].T.conj()
+    return canonical_basis(Vh[rank:].T.conj())
+
+
+def canonical_basis(N: torch.Tensor, tol: float = 1e-6) -> torch.Tensor:
+    """The Gram-Schmidt basis of span(N) (N: (n, r) orthonormal columns) from the projections
+    P e_i (P = N N^H) of the unit vectors taken in order, skipping those within ``tol`` of the
+    span of the earlier ones. It depends on span(N) alone: P e_i has coordinates N[i]^H in the
+    basis N, so the Gram-Schmidt runs on those r-vectors and the result is N times it."""
+    n, r = N.shape
+    if r in (0, n):
+        return torch.eye(n, dtype=N.dtype)[:, :r] if r == n else N
+    Q = torch.zeros(r, 0, dtype=N.dtype)
+    for i in range(n):
+        c = N[i].conj()
+        for _ in range(2):                                   # twice is enough (Kahan)
+            c = c - Q @ (Q.T.conj() @ c)
+        norm = torch.linalg.vector_norm(c)
+        if norm > tol:
+            Q = torch.cat([Q, (c / norm)[:, None]], dim=1)
+            if Q.shape[1] == r:
+                break
+    return N @ Q
 
 
 def rotation_matrix(config: AttentionConfig, offset: float = 1.0,

@@ -353,6 +353,34 @@ def test_null_space_is_an_orthonormal_kernel():
     assert null_space(small, rtol=1e-10).shape == (2, 0)
 
 
+def test_null_space_basis_depends_on_the_kernel_alone():
+    """Two matrices with one kernel give one basis (the SVD's own basis of a repeated singular
+    value is LAPACK's choice: a random group element drawn in it moved differently on the CI
+    machine); the canonical basis is Gram-Schmidt of P e_1, P e_2, ... in order."""
+    gen = torch.Generator().manual_seed(0)
+    M = torch.randn(3, 7, generator=gen, dtype=F64)
+    U = torch.randn(3, 3, generator=gen, dtype=F64)
+    N, N2 = null_space(M), null_space(U @ M)
+    assert (N - N2).abs().max() < 1e-12
+    svd_basis = torch.linalg.svd(M, full_matrices=True)[2][3:].T
+    assert (svd_basis - N).abs().max() > 0.1              # the SVD's basis is another one
+    P = N @ N.T
+    G = P[:, :4].clone()                                   # Gram-Schmidt of P e_1 .. P e_4
+    for j in range(4):
+        G[:, j] -= G[:, :j] @ (G[:, :j].T @ G[:, j])
+        G[:, j] /= G[:, j].norm()
+    assert (G - N).abs().max() < 1e-12
+    # a skipped unit vector: e_1 in the row space, P e_1 = 0; the basis starts at P e_2
+    D = null_space(torch.tensor([[1.0, 0.0, 0.0]], dtype=F64))
+    assert torch.allclose(D, torch.eye(3, dtype=F64)[:, 1:], atol=1e-15, rtol=0)
+    # the commutant of a partial rotation: (e_00 + e_11)/sqrt 2, the rotation generator, ...
+    R = torch.tensor([[0.6, 0.8, 0, 0], [-0.8, 0.6, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]], dtype=F64)
+    E = commutant_basis(R)
+    assert E.shape == (6, 4, 4)
+    assert torch.allclose(E[0], torch.diag(torch.tensor([1, 1, 0, 0], dtype=F64)) / 2 ** 0.5,
+                          atol=1e-14, rtol=0)
+
+
 def test_rotation_matrix_is_apply_rope():
     config = AttentionConfig(d_model=8, n_heads=1, head_dim=6, rope_fraction=2 / 3)
     freqs = torch.tensor([0.7, 0.2], dtype=F64)
