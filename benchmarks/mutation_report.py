@@ -19,11 +19,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-ROOT = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO      # where mutmut ran (mutants/ in it)
-MUTANTS = ROOT / "mutants"
 OUT = REPO / "benchmarks" / "results"
-# optional: survivors of that run re-run against tests added since (name -> killed), as JSON
-RECHECKED = json.loads(Path(sys.argv[2]).read_text()) if len(sys.argv) > 2 else {}
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped",
           36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout",
           None: "not checked"}
@@ -112,25 +108,40 @@ RULES: list[tuple[str, str, str]] = [
      r"counting\.x__group", r"gaps > delta"),
     ("equivalent: layernorm_shared is derived only with RoPE (check_derived), so r > 0 there",
      r"counting\.x_count", r"if \(r\) or True else k"),
+    ("equivalent: log(1 / DELTA) / c > 0, so floor(...) + 1 >= 1 and max(0, .) is max(1, .)",
+     r"counting\.x__standard_classes", r"n_rot = min\(planes, max\(1, math\.floor"),
+    ("equivalent: s < n_rot keeps theta_s >= DELTA, so ratio = DELTA / theta_s <= 1, and ratio = 1 "
+     "is a tie (theta_s exactly DELTA) that x = inf and x = -log1p(-1) / c = inf answer alike",
+     r"counting\.x__standard_classes", r"(ratio >= 1\) and False|ratio > 1 else|ratio >= 2 else)"),
+    ("equivalent: a class longer than the n_rot - s planes left gives runs = 1 and full = 0, and the "
+     "last-class branch counts those n_rot - s planes", r"counting\.x__standard_classes",
+     r"min\(n_rot \+ s, math\.ceil"),
+    ("equivalent: runs only decides full < runs and ends the loop (s += runs * size >= n_rot); the "
+     "fractional ceiling (n_rot - s) / size does both as the integer one", r"counting\.x__standard_classes",
+     r"-\(-\(n_rot - s\) / size\)"),
     ("diagnostics only: the timings in factors['seconds'] (their keys and range are tested)",
      r"fastrank\.x_structured_rank", r"seconds"),
 ]
 
 
-def results() -> dict[str, str]:
-    """mutant name -> status, from mutmut's result files."""
+CORE = ("attention", "certify", "counting", "fastrank", "rank", "symmetry")
+RECORD = OUT / "mutation.json"       # the previous report: modules this run did not mutate come from it
+
+
+def results(mutants: Path, rechecked: dict[str, bool]) -> dict[str, str]:
+    """mutant name -> status, from mutmut's result files under ``mutants`` (none where nothing ran)."""
     out = {}
-    for meta in sorted(MUTANTS.glob("idlib/**/*.meta")):
+    for meta in sorted(mutants.glob("idlib/**/*.meta")):
         for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
             out[name] = STATUS.get(code, "suspicious")
-            if out[name] == "survived" and RECHECKED.get(name):
+            if out[name] == "survived" and rechecked.get(name):
                 out[name] = "killed"
     return out
 
 
-def diff(name: str) -> list[str]:
-    """The changed lines of one mutant (``mutmut show``), '-' original and '+' mutated."""
-    text = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=ROOT, text=True,
+def diff(name: str, root: Path) -> list[str]:
+    """The changed lines of one mutant (``mutmut show`` where mutmut ran), '-' original and '+' mutated."""
+    text = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=root, text=True,
                           capture_output=True, check=True).stdout
     return [line for line in text.splitlines()
             if line[:1] in "-+" and not line.startswith(("---", "+++"))]
@@ -149,61 +160,107 @@ def module_of(name: str) -> str:
     return name.split(".")[1]
 
 
-def main() -> int:
-    status = results()
-    if not status:
-        print("mutation_report: no mutmut results under mutants/ (run make mutation)")
-        return 1
+def sources_unchanged(module: str, commit: str) -> bool:
+    """idlib/MODULE.py in the working tree is what it was at ``commit``."""
+    return subprocess.run(["git", "diff", "--quiet", commit, "--", f"idlib/{module}.py"],
+                          cwd=REPO).returncode == 0
+
+
+def carried(record: dict, modules: list[str], rechecked: dict[str, bool]
+            ) -> tuple[dict[str, Counter], list[dict], dict[str, str]]:
+    """MODULES' counts and survivors from the previous report, their sources unchanged since the
+    commit it names for each (else this script stops): a survivor RECHECKED killed counts as
+    killed, the others are explained again by today's RULES."""
+    per_module: dict[str, Counter] = {}
+    survivors, sources = [], {}
+    for m in modules:
+        commit = record["summary"]["sources_of"][m]
+        if not sources_unchanged(m, commit):
+            raise SystemExit(f"mutation_report: idlib/{m}.py changed since its mutants were run "
+                             f"({commit[:10]}); mutate it again (make mutation MODULES={m})")
+        counts = Counter(record["summary"]["modules"][m])
+        for s in record["survivors"]:
+            if module_of(s["mutant"]) != m:
+                continue
+            if rechecked.get(s["mutant"]):
+                counts["survived"] -= 1
+                counts["killed"] += 1
+            else:
+                survivors.append({"mutant": s["mutant"], "diff": s["diff"],
+                                  "reason": explain(s["mutant"], s["diff"])})
+        per_module[m], sources[m] = counts, commit
+    return per_module, survivors, sources
+
+
+def main(argv: list[str]) -> int:
+    """argv: [ROOT (where mutmut ran, mutants/ in it; default the repository) [RECHECKED.json
+    (survivors re-run against tests added since: name -> killed)]]."""
+    root = Path(argv[0]) if argv else REPO
+    rechecked = json.loads(Path(argv[1]).read_text()) if len(argv) > 1 else {}
+    status = results(root / "mutants", rechecked)
+    reached = {module_of(n) for n, st in status.items() if st != "not checked"}
+    status = {n: st for n, st in status.items() if module_of(n) in reached}   # the others: carried
+    stats = root / "mutants" / "mutmut-stats.json"
+    commit = json.loads(stats.read_text()).get("git_commit") or "?" if stats.exists() else "?"
     per_module: dict[str, Counter] = defaultdict(Counter)
     survivors = []
     for name, st in sorted(status.items()):
         per_module[module_of(name)][st] += 1
         if st == "survived":
-            lines = diff(name)
+            lines = diff(name, root)
             survivors.append({"mutant": name, "diff": lines, "reason": explain(name, lines)})
+    sources = {m: commit for m in per_module}
+    rest = [m for m in CORE if m not in per_module]
+    if rest:
+        if not RECORD.exists():
+            print(f"mutation_report: no results for {', '.join(rest)} (run make mutation)")
+            return 1
+        record = json.loads(RECORD.read_text())
+        more, more_survivors, more_sources = carried(record, rest, rechecked)
+        earlier_kills = {n: True for n in record["summary"]["killed_by_tests_added_after_the_run"]
+                         if module_of(n) in rest}
+        rechecked = {**earlier_kills, **rechecked}
+        per_module.update(more)
+        survivors += more_survivors
+        sources.update(more_sources)
     total = Counter()
     for c in per_module.values():
         total.update(c)
     detected = total["killed"] + total["timeout"]
     judged = detected + total["survived"]
     summary = {"modules": {m: dict(c) for m, c in sorted(per_module.items())}, "total": dict(total),
-               "score": detected / judged if judged else None,
-               "killed_by_tests_added_after_the_run": sorted(n for n, k in RECHECKED.items() if k),
+               "score": detected / judged if judged else None, "sources_of": sources,
+               "killed_by_tests_added_after_the_run": sorted(n for n, k in rechecked.items() if k),
                "explained": sum(s["reason"] is not None for s in survivors),
                "unexplained": [s["mutant"] for s in survivors if s["reason"] is None]}
+    survivors.sort(key=lambda s: s["mutant"])
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "mutation.json").write_text(json.dumps({"summary": summary, "survivors": survivors}, indent=1))
-    stats = MUTANTS / "mutmut-stats.json"
-    commit = json.loads(stats.read_text()).get("git_commit", "?") if stats.exists() else "?"
-    summary["run_at_commit"] = commit
-    # a combined run: modules whose mutants come from an earlier run over unchanged sources
-    earlier = json.loads((MUTANTS / "earlier.json").read_text()) if (MUTANTS / "earlier.json").exists() else {}
-    summary["modules_from_earlier_run"] = earlier
-    head = f"mutmut 3.8.1 run over the sources and tests of commit {commit[:10]}"
-    if earlier:
-        head += (" for " + ", ".join(sorted(set(per_module) - set(earlier))) + "; the other modules' "
-                 "mutants from an earlier run over the same sources (commit in the table), their "
-                 "survivors re-run against the tests of this commit")
-    elif RECHECKED:
-        head += " (survivors then re-run against the tests added after it)"
+    fresh = sorted(m for m in per_module if sources[m] == commit and m not in rest)
+    head = (f"mutmut 3.8.1 over the sources and tests of commit {commit[:10]} for "
+            f"{', '.join(fresh)}" if fresh else "No module mutated in this run")
+    if rest:
+        head += ("; " if fresh else ": ") + (
+            f"{', '.join(rest)} from earlier runs over the same sources (commit in the table)")
+    if rechecked:
+        head += ", survivors re-run against the tests of today (benchmarks/mutation_recheck.py)"
     lines = ["# Mutation score of idlib's core", "", head + ".", "",
              "| module | sources of | mutants | killed | timeout | survived | no tests | not checked | score |",
              "| :-- | :-- | --: | --: | --: | --: | --: | --: | --: |"]
     for m, c in sorted(per_module.items()):
         j = c["killed"] + c["timeout"] + c["survived"]
         score = f"{(c['killed'] + c['timeout']) / j:.1%}" if j else "-"
-        lines.append(f"| {m} | {earlier.get(m, commit)[:10]} | {sum(c.values())} | {c['killed']} | "
+        lines.append(f"| {m} | {sources[m][:10]} | {sum(c.values())} | {c['killed']} | "
                      f"{c['timeout']} | {c['survived']} | {c['no tests']} | {c['not checked']} | {score} |")
     lines.append(f"| all | | {sum(total.values())} | {total['killed']} | {total['timeout']} | "
                  f"{total['survived']} | {total['no tests']} | {total['not checked']} | "
                  f"{summary['score']:.1%} |")
     lines += ["", "score = (killed + timeout) / (killed + timeout + survived); *not checked*: "
               "mutants the run did not reach.", ""]
-    if RECHECKED:
-        lines += [f"{len(summary['killed_by_tests_added_after_the_run'])} of the run's survivors are "
-                  "killed by tests added after it (re-run against them; counted as killed).", ""]
-    lines += [
-              "## Survivors, by reason", ""]
+    if rechecked:
+        lines += [f"{len(summary['killed_by_tests_added_after_the_run'])} survivors are killed by "
+                  "tests added after their run (re-run against them; counted as killed).", ""]
+    lines += ["## Survivors, by reason", ""]
     by_reason: dict[str, list] = defaultdict(list)
     for s in survivors:
         by_reason[s["reason"] or "NOT EXPLAINED"].append(s)
@@ -220,4 +277,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

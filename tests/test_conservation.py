@@ -6,7 +6,7 @@ from idlib import conservation as C
 from idlib.attention import flatten, forward, init_params, n_params, random_inputs, unflatten
 from idlib.config import AttentionConfig
 from idlib.counting import count
-from idlib.studies.training import associative_recall, teacher_student
+from idlib.studies.training import associative_recall, gradient, teacher_student
 from idlib.symmetry import random_group_element, tangent_basis
 
 torch.set_num_threads(1)
@@ -19,19 +19,10 @@ ALL = FAST + [AttentionConfig(8, n_heads=2, bias="qkvo"),
               AttentionConfig(8, n_heads=4, n_kv_heads=2, head_dim=4, rope_fraction=0.5, bias="qk")]
 IDS = lambda cfgs: [f"d{c.d_model}H{c.n_heads}G{c.n_kv_heads}r{c.rotary_dim}b{c.bias}" for c in cfgs]  # noqa: E731
 
-def point(cfg, seed=0):
-    return init_params(cfg, seed)
-
-
-def grad_at(task, params, seed=0):
-    p = {k: v.clone().requires_grad_(True) for k, v in params.items()}
-    task.loss(p, task.sample(torch.Generator().manual_seed(seed), 16)).backward()
-    return {k: v.grad for k, v in p.items()}
-
 
 @pytest.mark.parametrize("cfg", ALL, ids=IDS(ALL))
 def test_tangent_projection_matches_basis(cfg):
-    p = point(cfg, 1)
+    p = init_params(cfg, 1)
     P = tangent_basis(cfg, p)
     u = torch.randn(n_params(cfg), generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     assert torch.allclose(C.tangent_part(cfg, p, u), P @ (P.T @ u), atol=1e-10, rtol=0)
@@ -53,8 +44,8 @@ TASKS = [teacher_student(AttentionConfig(8, n_heads=4, n_kv_heads=2, head_dim=4,
 
 @pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])
 def test_gradient_is_orthogonal_to_the_orbit(task):
-    p = point(task.config, 2)
-    g = flatten(grad_at(task, p))
+    p = init_params(task.config, 2)
+    g = flatten(gradient(task, p, task.sample(torch.Generator().manual_seed(0), 16)))
     assert g.norm() > 1e-3
     assert C.overlap(task.config, p, g)["total"] < 1e-12
 
@@ -63,8 +54,8 @@ def test_gradient_is_orthogonal_to_the_orbit(task):
 def test_sgd_step_changes_conserved_quantity_at_second_order_exactly(task):
     """C(theta - eta g) - C(theta) = eta^2 C(g): the first-order term vanishes identically."""
     cfg, eta = task.config, 0.3
-    p = point(cfg, 4)
-    g = grad_at(task, p)
+    p = init_params(cfg, 4)
+    g = gradient(task, p, task.sample(torch.Generator().manual_seed(0), 16))
     stepped = {k: p[k] - eta * g[k] for k in p}
     c0, c1, cg = C.conserved(cfg, p), C.conserved(cfg, stepped), C.conserved(cfg, g)
     for comp in ("qk", "vo"):
@@ -74,7 +65,7 @@ def test_sgd_step_changes_conserved_quantity_at_second_order_exactly(task):
 
 def test_conserved_quantity_gqa_sums_query_heads():
     cfg = AttentionConfig(8, n_heads=4, n_kv_heads=2, head_dim=4)
-    p = point(cfg)
+    p = init_params(cfg)
     c = C.conserved(cfg, p)["qk"]
     WQ, WK = p["W_Q"], p["W_K"]
     expected = WQ[2].T @ WQ[2] + WQ[3].T @ WQ[3] - WK[1].T @ WK[1]
@@ -97,7 +88,7 @@ def test_balancing_factor_solves_the_balance_equation():
 
 @pytest.mark.parametrize("cfg", ALL, ids=IDS(ALL))
 def test_balance_keeps_function_and_zeroes_conserved(cfg):
-    p = point(cfg, 5)
+    p = init_params(cfg, 5)
     X = random_inputs(cfg, 4, 7, seed=1)
     b = C.balance(cfg, p)
     assert (forward(cfg, b, X) - forward(cfg, p, X)).abs().max() < 1e-10
@@ -108,7 +99,7 @@ def test_balance_keeps_function_and_zeroes_conserved(cfg):
 
 def test_balanced_point_has_least_norm_on_its_orbit():
     cfg = AttentionConfig(8, n_heads=4, n_kv_heads=2, head_dim=4)
-    b = C.balance(cfg, point(cfg, 6))
+    b = C.balance(cfg, init_params(cfg, 6))
     for seed in range(5):
         moved = random_group_element(cfg, b, seed=seed, scale=0.3)
         assert flatten(moved).norm() > flatten(b).norm()
@@ -116,7 +107,7 @@ def test_balanced_point_has_least_norm_on_its_orbit():
 
 def test_balance_refuses_rank_deficient_factor():
     cfg = AttentionConfig(8, n_heads=2)
-    p = point(cfg)
+    p = init_params(cfg)
     p["W_K"] = p["W_K"].clone()
     p["W_K"][0, :, 0] = 0.0
     with pytest.raises(ValueError, match=r"^matrix must be positive definite \(a factor of the layer has lost rank\)$"):
@@ -131,7 +122,7 @@ def _adam_like_step(cfg, p, scale, seed=7):
 
 @pytest.mark.parametrize("cfg", FAST + ALL[-1:], ids=IDS(FAST + ALL[-1:]))
 def test_orbit_projection_keeps_function_and_removes_tangent_to_first_order(cfg):
-    p = point(cfg, 8)
+    p = init_params(cfg, 8)
     X = random_inputs(cfg, 4, 7, seed=2)
     shares = []
     for scale in (1e-3, 5e-4):
@@ -146,7 +137,7 @@ def test_orbit_projection_keeps_function_and_removes_tangent_to_first_order(cfg)
 
 def test_linear_projection_is_exactly_orthogonal_and_moves_function_at_second_order():
     cfg = AttentionConfig(8, n_heads=2)
-    p = point(cfg, 9)
+    p = init_params(cfg, 9)
     X = random_inputs(cfg, 4, 7, seed=2)
     changes = []
     for scale in (1e-3, 5e-4):
@@ -180,7 +171,7 @@ def test_component_rows_and_random_share_per_component():
     assert (int(rows["qk"].sum()), int(rows["vo"].sum())) == (144, 76)
     assert bool((rows["qk"] ^ rows["vo"]).all())               # a partition of the parameters
     # an isotropic update's expected share is sqrt(dim T_c / n_c); dim T_c read off the basis
-    P = tangent_basis(BIASED, point(BIASED, 0))
+    P = tangent_basis(BIASED, init_params(BIASED, 0))
     share = C.random_share(BIASED)
     for comp, mask in rows.items():
         assert share[comp] == pytest.approx((float(P[mask].pow(2).sum()) / int(mask.sum())) ** 0.5,
@@ -189,7 +180,7 @@ def test_component_rows_and_random_share_per_component():
 
 
 def test_overlap_per_component():
-    p = point(BIASED, 1)
+    p = init_params(BIASED, 1)
     P = tangent_basis(BIASED, p)
     rows = C.component_rows(BIASED)
     u = torch.randn(n_params(BIASED), generator=torch.Generator().manual_seed(4), dtype=torch.float64)
@@ -204,7 +195,7 @@ def test_overlap_per_component():
 
 
 def test_moment_maps_include_the_biases():
-    p = point(BIASED, 2)
+    p = init_params(BIASED, 2)
     c = C.conserved(BIASED, p)
     Qt = torch.cat([p["W_Q"][1], p["b_Q"][1][None]])
     Kt = torch.cat([p["W_K"][1], p["b_K"][1][None]])
@@ -225,14 +216,14 @@ EQUAL = torch.tensor([0.7, 0.7], dtype=torch.float64)       # two equal planes: 
 
 
 def test_custom_frequencies_reach_every_function():
-    p = point(ROPE, 3)
+    p = init_params(ROPE, 3)
     X = random_inputs(ROPE, 4, 7, seed=2)
     P = tangent_basis(ROPE, p, EQUAL)
     assert P.shape[1] == 24 and tangent_basis(ROPE, p).shape[1] == 20
     u = torch.randn(n_params(ROPE), generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     assert torch.allclose(C.tangent_part(ROPE, p, u, EQUAL), P @ (P.T @ u), atol=1e-10, rtol=0)
     rope_v = AttentionConfig(6, n_heads=1, head_dim=4, rope_fraction=1.0, bias="v")   # a b_V block
-    pv = point(rope_v, 3)
+    pv = init_params(rope_v, 3)
     Pv = tangent_basis(rope_v, pv, EQUAL)
     uv = torch.randn(n_params(rope_v), generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     assert torch.allclose(C.tangent_part(rope_v, pv, uv, EQUAL), Pv @ (Pv.T @ uv), atol=1e-10, rtol=0)
@@ -254,7 +245,7 @@ WIDE = AttentionConfig(3, n_heads=1, head_dim=5, value_dim=4, bias="q")     # k,
 
 
 def test_projection_with_null_moves():
-    p = point(WIDE, 4)
+    p = init_params(WIDE, 4)
     P = tangent_basis(WIDE, p)
     assert P.shape[1] == count(WIDE).unidentified
     u = torch.randn(n_params(WIDE), generator=torch.Generator().manual_seed(6), dtype=torch.float64)

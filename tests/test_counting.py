@@ -93,6 +93,28 @@ def test_closed_form_classes_equal_the_tabulated_ones(planes, base):
     assert (mults, plus, minus) == (Counter(tab_mults), tab_plus, tab_minus)
 
 
+# Non-round bases: no frequency and no difference of two lands on DELTA within rounding (at such a
+# tie, e.g. 30 planes with base 1e10, theta_27 = 1e-9, the two routes compute theta_s by different
+# float64 expressions and may put the plane on either side; the tolerance decides, not the layer).
+# (2895, 3.77e7) ends on a run of equal classes cut short by the last rotating plane; (300, 1e8)
+# walks several runs; the others have planes at +1 (theta below DELTA).
+OFF_GRID = [(2895, 37684417.464558154), (300, 1e8), (2258, 44016710416.067), (1271, 4.503103882268926e20),
+            (3734, 2.256843414714486e29), (7, 3.3), (4097, 12345.678)]
+
+
+@pytest.mark.parametrize("planes,base", OFF_GRID)
+def test_closed_form_classes_off_the_round_bases(planes, base):
+    f = base ** (-2.0 * torch.arange(planes, dtype=torch.float64) / (2 * planes))
+    mults, plus, minus = _standard_classes(planes, base)
+    tab_mults, tab_plus, tab_minus = rotation_classes(f, 0)
+    assert (mults, plus, minus) == (Counter(tab_mults), tab_plus, tab_minus)
+    assert sum(mu * n for mu, n in mults.items()) + plus // 2 == planes
+
+
+def test_closed_form_classes_of_no_plane():
+    assert _standard_classes(0, 1e4) == (Counter(), 0, 0) == _standard_classes(0, 1.0)
+
+
 def test_crowded_frequencies_merge():
     """base 1e8 over 1000 planes: the lowest frequencies are closer than the tolerance 1e-9."""
     mults, plus, minus = _standard_classes(1000, 1e8)

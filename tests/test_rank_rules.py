@@ -18,6 +18,26 @@ def test_softmax_budget_counts_free_scores():
     assert [softmax_budget(n, True) for n in (1, 2, 5)] == [0, 1, 10]
 
 
+def test_softmax_budget_is_an_integer():
+    assert all(type(softmax_budget(n, causal)) is int for n in (1, 4, 7) for causal in (False, True))
+
+
+def test_measure_draws_its_parameters_from_its_seed():
+    """params=None means init_params(config, seed), with the inputs of the same seed; the structured
+    route's lower bound on sigma_r is the first singular value, exactly (float64, not rounded)."""
+    config = AttentionConfig(8, n_heads=2)
+    m = measure(config, seed=3, method="structured")
+    assert torch.equal(m.singular_values, measure(config, seed=3, params=rank.init_params(config, 3),
+                                                  method="structured").singular_values)
+    other = measure(config, seed=3, params=rank.init_params(config, 0), method="structured")
+    assert not torch.equal(m.singular_values, other.singular_values)
+    X = rank.random_inputs(config, default_n_sequences(config, rank.default_seq_len(config)),
+                           rank.default_seq_len(config), 3)
+    s = fastrank.structured_rank(config, rank.init_params(config, 3), X)
+    assert m.singular_values.dtype == torch.float64
+    assert m.singular_values[0].item() == s.sigma_r_lower
+
+
 @pytest.mark.parametrize("kw,n,want", [
     # rows B n d >= P dominates: P = 512, 512 / (10 * 8) = 6.4 -> ceil(9.6) + 1
     (dict(d_model=8, n_heads=2, head_dim=8, value_dim=8), 10, 11),

@@ -7,7 +7,7 @@ of what each run did along the orbit.
   part (``conservation.project_step``) or moves to the balanced point (``conservation.balance``).
 * ``train`` runs one optimizer on a task and records a ``History`` (held-out loss, the share of
   each update in the orbit tangent, the drift of the conserved quantities C); ``train_runs``
-  trains several runs in order.
+  trains several runs in order; ``gradient`` is one loss gradient on a given batch.
 
 The machinery (projection onto T_theta O, the moment maps, balancing) is the core module
 :mod:`idlib.conservation`; this module only runs it.
@@ -133,6 +133,14 @@ def associative_recall(config: AttentionConfig, n_keys: int = 8, n_pairs: int = 
 # --- training ---------------------------------------------------------------------------------
 
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
+
+
+def gradient(task: Task, params: Params, batch: tuple) -> Params:
+    """grad_theta L(theta; batch): the task's loss on ``batch`` differentiated at a copy of
+    ``params`` (the tensors passed in are not touched)."""
+    p = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
+    task.loss(p, batch).backward()
+    return {k: v.grad for k, v in p.items()}
 
 
 def make_optimizer(name: str, tensors: list[torch.Tensor], lr: float,
