@@ -126,6 +126,11 @@ unidentified count and j <= 16,000 / (B n):
   ~ G ((5/4) B n m v n_o^2 + 2 B n m v n_o (d + 1) + 9 P_g^3) flops, ~ 4 x 10^12 at d = 128,
   H = 16 (P_g = 3,072, n_o = 2,048), nine tenths of it the eigensolver (the Gram matrix
   dominates only where B n m v >> P_g: at d = 45, H = 5 it was half of the work);
+* the norms ||Q^T delta Z_g|| and ||R^{-1} Q^T delta Z_g|| (c m v x P_g): a Gram matrix of
+  order n = min(c m v, P_g), 2 c m v P_g n flops, then (``_norm2``) eigh up to n = 1,024 and
+  above a certified upper bound, 40 subspace-iteration steps and a Cholesky test or a few
+  (n^3 / 3 each), instead of eigh's 9 n^3 (at d = 128 with 4 key/value groups, n = 4,096:
+  ``verify`` took 622 s with eigh there and 568 s without, on one machine);
 * the coupled bound: G (2 B n j n_o r_g + 2 B n m (d + 1) j r_g + 2 c m v P_g r_g) to set up
   (``projected_times``, the value columns again through Y), then per test (about six
   in float32, usually one in float64) G (r_g^3 / 3 + B n j r_g^2 + (5/8) (B n j)^2 r_g) +
@@ -139,10 +144,11 @@ Memory (float64): one group's block at a time, 3 x 8 B n m v P_g bytes; kept per
 8 (B n j r_g + r_g^2) bytes (and a float32 copy during the search) plus the test's Gram
 matrix, 8 (B n j)^2; D, 8 c d u, and J X, 8 B n d u.  J itself
 (8 B n d P bytes, 60 GB at d = 128) is never formed.  Measured on this project's 2-core
-machine (``make bench`` records the figures in benchmarks/results/): d = 45, H = 5 (P = 8,100)
-in ~2.7 s; d = 64, H = 8 (P = 16,384) in ~30 s, certified gap ~4e7; d = 128, H = 16
-(P = 65,536) in ~7 minutes and 13 GB peak, certified gap 4.1e6; with 4 key/value groups 4.6e6,
-full RoPE 4.4e6, all four biases 1.2e6 (benchmarks/results/verify_large.json).
+machine (AMD EPYC, 78 GFLOP/s float64 GEMM; ``make bench`` records the figures in
+benchmarks/results/): d = 45, H = 5 (P = 8,100) in 5.7 s; d = 64, H = 8 (P = 16,384) in 24 s,
+certified gap 3.7e7; d = 128, H = 16 (P = 65,536) in 499 s and 9.6 GB peak, certified gap
+4.1e6; with 4 key/value groups 568 s, 4.6e6; full RoPE 557 s, 4.4e6; all four biases 442 s,
+1.2e6 (benchmarks/results/verify_large.json).
 The dense SVD of the 29,568 x 16,384 Jacobian would need ~4 x 29,568 x 16,384^2 = 3 x 10^13
 flops, that of the 116,480 x 65,536 one 2 x 10^15 (and 61 GB to hold it).
 """
@@ -364,11 +370,35 @@ def _group_jacobian_closed(sub: AttentionConfig, theta_g: torch.Tensor, X: torch
     return torch.cat([cols[name] for name, _ in _group_shapes(sub)], dim=-1)
 
 
+NORM_EIGH_MAX = 1024      # Gram orders up to this: all eigenvalues; above, a certified upper bound
+
+
 def _norm2(A: torch.Tensor) -> float:
-    """||A||_2 from the smaller Gram matrix's largest eigenvalue (GEMM speed), rounded up."""
+    """||A||_2 rounded up, from the smaller Gram matrix G = A A^T or A^T A (GEMM speed).
+
+    Order n <= ``NORM_EIGH_MAX``: sqrt(lambda_max(G)) (eigh) times 1 + 1e-10.  Larger (9 n^3 flops
+    of eigh would cost as much as a group's own eigenproblem): theta, the largest Ritz value of
+    40 steps of subspace iteration on 8 vectors (theta <= lambda_max), raised to mu = theta (1 +
+    e) for e = 1e-4, 1e-3, ... until mu (1 - SAFETY) I - G passes a Cholesky factorisation in
+    float64 (n^3 / 3 flops), so lambda_max <= mu as in the coupled test; sqrt(mu).  If none
+    passes (e up to 1), sqrt(trace G) >= ||A||_2.
+    """
     G = A @ A.T if A.shape[0] <= A.shape[1] else A.T @ A
-    # eigh, not eigvalsh: with MKL the eigenvectors come faster than the eigenvalues alone
-    return math.sqrt(max(torch.linalg.eigh(G)[0][-1].item(), 0.0)) * (1 + 1e-10)
+    n = G.shape[0]
+    if n <= NORM_EIGH_MAX:
+        # eigh, not eigvalsh: with MKL the eigenvectors come faster than the eigenvalues alone
+        return math.sqrt(max(torch.linalg.eigh(G)[0][-1].item(), 0.0)) * (1 + 1e-10)
+    X = torch.randn(n, 8, generator=torch.Generator().manual_seed(0), dtype=G.dtype)
+    for _ in range(40):
+        X = torch.linalg.qr(G @ X)[0]
+    theta = max(torch.linalg.eigvalsh(X.T @ G @ X)[-1].item(), G.diagonal().max().item())
+    for e in (1e-4, 1e-3, 1e-2, 1e-1, 1.0):
+        mu = theta * (1.0 + e)
+        test = -G
+        test.diagonal().add_(mu * (1.0 - SAFETY))
+        if torch.linalg.cholesky_ex(test)[1].item() == 0:
+            return math.sqrt(mu)
+    return math.sqrt(G.trace().item()) * (1 + 1e-10)
 
 
 GRAM_BLOCKS = 4    # a Gram matrix A^T A is formed as 4 x 4 column blocks, the lower ones only

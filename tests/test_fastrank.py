@@ -242,6 +242,29 @@ def test_norm2_bounds_the_spectral_norm_from_above_within_1e_10():
         assert true <= _norm2(A) <= true * (1 + 2e-10)
 
 
+def test_norm2_above_the_eigh_size_is_a_certified_upper_bound(monkeypatch):
+    """Past NORM_EIGH_MAX: subspace iteration, then mu (1 - SAFETY) I - G tested by Cholesky from
+    e = 1e-4 up; an upper bound within 1e-4 relative of lambda_max (the first e passes), also with
+    the two top singular values 1e-6 apart; the trace where no Cholesky passes."""
+    import idlib.fastrank as fr
+    monkeypatch.setattr(fr, "NORM_EIGH_MAX", 4)
+    gen = torch.Generator().manual_seed(5)
+    U = torch.linalg.qr(torch.randn(40, 12, generator=gen, dtype=torch.float64))[0]
+    V = torch.linalg.qr(torch.randn(30, 12, generator=gen, dtype=torch.float64))[0]
+    for top in ([3.0, 1.0], [3.0, 3.0 - 3e-6]):
+        s = torch.tensor(top + [0.5] * 10, dtype=torch.float64)
+        A = U @ torch.diag(s) @ V.T
+        for M in (A, A.T):
+            assert 3.0 <= fr._norm2(M) <= 3.0 * (1 + 1e-4) ** 0.5 * (1 + 1e-12)
+    passes = []
+    real = torch.linalg.cholesky_ex
+    monkeypatch.setattr(torch.linalg, "cholesky_ex", lambda M: (passes.append(1), real(-torch.eye(len(M),
+                        dtype=M.dtype)))[1])
+    A = U @ torch.diag(torch.tensor([3.0, 1.0] + [0.5] * 10, dtype=torch.float64)) @ V.T
+    assert fr._norm2(A) == pytest.approx((9.0 + 1.0 + 2.5) ** 0.5 * (1 + 1e-10), rel=1e-12)
+    assert len(passes) == 5
+
+
 def test_applicable_names_each_rule():
     assert applicable(AttentionConfig(d_model=8, n_heads=2, softcap=50.0)) == \
         "softcap must be None (the structured route assumes uncapped scores)"
