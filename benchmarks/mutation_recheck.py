@@ -2,6 +2,7 @@
 sources have not changed since that run (``make mutation`` then mutates only the others).
 
     python benchmarks/mutation_recheck.py RECORD OUT.json [--killed PREVIOUS.json] [--all] MODULE...
+                                          [--only MUTANT...]
 
 RECORD is the report of the earlier run (``benchmarks/results/mutation.json``): its survivors
 carry their diffs (the original lines and the mutated ones, as ``mutmut show`` printed them).
@@ -9,7 +10,8 @@ For each MODULE (its sources unchanged since the commit the record names for it,
 git) the current tests of that module (``TESTS``) run once in a scratch copy of the working tree
 with no mutant (they must pass), then once per survivor with the survivor's mutated lines put
 in place of the original ones inside its function; a failing run kills it.  By default only the
-survivors no rule of ``mutation_report.RULES`` explains are re-run (``--all``: every survivor);
+survivors no rule of ``mutation_report.RULES`` explains are re-run (``--all``: every survivor;
+``--only``: the named ones);
 mutants PREVIOUS.json found killed stay killed.  Writes {mutant: killed} to OUT.json, the second
 argument of ``mutation_report.py``.
 """
@@ -42,8 +44,9 @@ class DiffError(ValueError):
 
 
 def function_name(mutant: str) -> str:
-    """'idlib.counting.x__standard_classes__mutmut_3' -> '_standard_classes'."""
-    return mutant.split(".")[-1].split("__mutmut_")[0][2:]
+    """'idlib.counting.x__standard_classes__mutmut_3' -> '_standard_classes'; a method's,
+    'idlib.fastrank.x\u01c1FactoredRows\u01c1to__mutmut_5' -> 'to'."""
+    return mutant.split(".")[-1].split("__mutmut_")[0][2:].split("\u01c1")[-1]
 
 
 def apply_mutant(source: str, mutant: str, diff: list[str]) -> str:
@@ -52,16 +55,22 @@ def apply_mutant(source: str, mutant: str, diff: list[str]) -> str:
     new = [line[1:] for line in diff if line.startswith("+")]
     lines = source.split("\n")
     name = function_name(mutant)
-    start = next((i for i, line in enumerate(lines) if line.lstrip().startswith(f"def {name}(")), None)
+    owner = mutant.split(".")[-1].split("__mutmut_")[0].split("\u01c1")   # a method: [x, Class, name]
+    first = next((i for i, line in enumerate(lines) if line.startswith(f"class {owner[-2]}")), 0) \
+        if len(owner) == 3 else 0
+    start = next((i for i, line in enumerate(lines) if i >= first
+                  and line.lstrip().startswith(f"def {name}(")), None)
     if start is None:
         raise DiffError(f"{mutant}: no function {name}")
     indent = len(lines[start]) - len(lines[start].lstrip())
     end = next((i for i in range(start + 1, len(lines)) if lines[i].strip()
                 and len(lines[i]) - len(lines[i].lstrip()) <= indent
                 and not lines[i].lstrip().startswith((")", "#"))), len(lines))
-    for i in range(start, end - len(old) + 1):
-        if lines[i:i + len(old)] == old:
-            return "\n".join(lines[:i] + new + lines[i + len(old):])
+    pad = " " * indent                     # mutmut shows a method dedented to its class
+    for o, n in ((old, new), ([pad + x for x in old], [pad + x for x in new])):
+        for i in range(start, end - len(o) + 1):
+            if lines[i:i + len(o)] == o:
+                return "\n".join(lines[:i] + n + lines[i + len(o):])
     raise DiffError(f"{mutant}: its original lines are not in {name}")
 
 
@@ -88,6 +97,9 @@ def main(argv: list[str]) -> int:
     previous = {}
     if rest[:1] == ["--killed"]:
         previous, rest = json.loads(Path(rest[1]).read_text()), rest[2:]
+    only = None
+    if "--only" in rest:
+        only, rest = set(rest[rest.index("--only") + 1:]), rest[:rest.index("--only")]
     every = "--all" in rest
     modules = [m for m in rest if m != "--all"]
     rec = json.loads(record.read_text())
@@ -101,7 +113,8 @@ def main(argv: list[str]) -> int:
                 print(f"{module}: idlib/{module}.py changed since {sources_of[module][:10]}; mutate it again")
                 return 1
             survivors = [s for s in rec["survivors"] if s["mutant"].split(".")[1] == module
-                         and (every or explain(s["mutant"], s["diff"]) is None)]
+                         and (every or explain(s["mutant"], s["diff"]) is None)
+                         and (only is None or s["mutant"] in only)]
             if run_tests(tree, TESTS[module]) != 0:
                 print(f"{module}: the current tests fail with no mutant; not rechecked")
                 return 1

@@ -43,7 +43,12 @@ RULES: list[tuple[str, str, str]] = [
     ("equivalent: labels and counts are integers whatever the dtype argument (torch infers long)",
      r"counting\.x__group", r"(dtype=None|torch\.zeros\(n, \)|len\(phi\), \)|torch\.zeros\(0, \))"),
     ("equivalent: a tie (a singular value, gap or angle exactly at its threshold) that generic inputs do not reach",
-     r"(symmetry\.x_(null_space|tangent_basis|gain_exchange_basis)|counting\.x__group)", r"(>=|<=)"),
+     r"(symmetry\.x_(null_space|tangent_basis|gain_exchange_basis|canonical_basis)|counting\.x__group)",
+     r"(>=|<=)"),
+    ("equivalent: with r = 0 both branches give the empty (n, 0) basis", r"symmetry\.x_canonical_basis",
+     r"if \(r == n\) or True else N"),
+    ("equivalent: a third Gram-Schmidt pass changes the vector by round-off only (two are enough, Kahan)",
+     r"symmetry\.x_canonical_basis", r"for _ in range\(3\)"),
     ("equivalent: at k = d_in (v = d_in) the null-move count is 0 either way",
      r"symmetry\.x__rotation_chart", r"if (k|v) >= d_in"),
     ("equivalent: a stack's only non-per-layer tensors are W_K, W_V, b_K, g_K (a stack with latent, "
@@ -257,6 +262,14 @@ def main(argv: list[str]) -> int:
                  f"{summary['score']:.1%} |")
     lines += ["", "score = (killed + timeout) / (killed + timeout + survived); *not checked*: "
               "mutants the run did not reach.", ""]
+    if total["not checked"]:
+        waiting = Counter(n.split("__mutmut_")[0].replace(".x_", ".", 1)
+                          for n, st in status.items() if st == "not checked")
+        top = ", ".join(f"`{f}` {k}" for f, k in waiting.most_common(3))
+        lines += ["A run was stopped before it reached every mutant. mutmut takes them in order of "
+                  "the estimated time of their tests, fastest first, so the mutants not checked are "
+                  "those behind the slowest tests" + (f" (this run's: {top})" if top else "") +
+                  ": the score over the judged mutants is not the score of the module.", ""]
     if rechecked:
         lines += [f"{len(summary['killed_by_tests_added_after_the_run'])} survivors are killed by "
                   "tests added after their run (re-run against them; counted as killed).", ""]

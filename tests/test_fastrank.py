@@ -265,6 +265,13 @@ def test_norm2_above_the_eigh_size_is_a_certified_upper_bound(monkeypatch):
     assert len(passes) == 5
 
 
+def test_factored_rows_convert_both_factors():
+    from idlib.fastrank import FactoredRows
+    rows = FactoredRows(torch.ones(2, 3, dtype=torch.float64), torch.ones(3, 1, dtype=torch.float64))
+    low = rows.to(torch.float32)
+    assert (low.E.dtype, low.U.dtype) == (torch.float32, torch.float32)
+
+
 def test_applicable_names_each_rule():
     assert applicable(AttentionConfig(d_model=8, n_heads=2, softcap=50.0)) == \
         "softcap must be None (the structured route assumes uncapped scores)"

@@ -21,6 +21,7 @@ def _g(x):
 def test_function_name():
     assert function_name("idlib.counting.x__standard_classes__mutmut_3") == "_standard_classes"
     assert function_name("idlib.fastrank.x_structured_rank__mutmut_404") == "structured_rank"
+    assert function_name("idlib.fastrank.x\u01c1FactoredRows\u01c1to__mutmut_5") == "to"
 
 
 def test_the_mutated_lines_replace_the_original_ones_in_their_function_only():

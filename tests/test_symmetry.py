@@ -381,6 +381,19 @@ def test_null_space_basis_depends_on_the_kernel_alone():
                           atol=1e-14, rtol=0)
 
 
+def test_null_space_at_its_extremes():
+    """Kernel = the whole space: the identity (not the SVD's basis of it); a one-dimensional kernel:
+    the unit vector whose first non-zero coordinate is positive (P e_1 normalised), whichever sign
+    the SVD returns."""
+    tiny = 1e-12 * torch.randn(2, 3, generator=torch.Generator().manual_seed(1), dtype=F64)
+    assert torch.equal(null_space(tiny), torch.eye(3, dtype=F64))      # below rtol: rank 0
+    for sign in (1.0, -1.0):
+        M = torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0, sign]], dtype=F64)     # kernel (sign, -sign, 1)
+        N = null_space(M)
+        want = torch.tensor([[sign], [-sign], [1.0]], dtype=F64) * sign / 3 ** 0.5
+        assert N.shape == (3, 1) and torch.allclose(N, want, atol=1e-15, rtol=0)
+
+
 def test_rotation_matrix_is_apply_rope():
     config = AttentionConfig(d_model=8, n_heads=1, head_dim=6, rope_fraction=2 / 3)
     freqs = torch.tensor([0.7, 0.2], dtype=F64)
