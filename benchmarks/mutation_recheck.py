@@ -43,10 +43,17 @@ class DiffError(ValueError):
     pass
 
 
+def _mangled(mutant: str) -> list[str]:
+    """mutmut's name of the mutated function, split: ['x__standard_classes'] for a function,
+    ['x', 'FactoredRows', 'to'] for a method."""
+    return mutant.split(".")[-1].split("__mutmut_")[0].split("\u01c1")
+
+
 def function_name(mutant: str) -> str:
     """'idlib.counting.x__standard_classes__mutmut_3' -> '_standard_classes'; a method's,
     'idlib.fastrank.x\u01c1FactoredRows\u01c1to__mutmut_5' -> 'to'."""
-    return mutant.split(".")[-1].split("__mutmut_")[0][2:].split("\u01c1")[-1]
+    parts = _mangled(mutant)
+    return parts[-1] if len(parts) == 3 else parts[0][2:]
 
 
 def apply_mutant(source: str, mutant: str, diff: list[str]) -> str:
@@ -55,8 +62,8 @@ def apply_mutant(source: str, mutant: str, diff: list[str]) -> str:
     new = [line[1:] for line in diff if line.startswith("+")]
     lines = source.split("\n")
     name = function_name(mutant)
-    owner = mutant.split(".")[-1].split("__mutmut_")[0].split("\u01c1")   # a method: [x, Class, name]
-    first = next((i for i, line in enumerate(lines) if line.startswith(f"class {owner[-2]}")), 0) \
+    owner = _mangled(mutant)
+    first = next((i for i, line in enumerate(lines) if line.startswith(f"class {owner[1]}")), 0) \
         if len(owner) == 3 else 0
     start = next((i for i, line in enumerate(lines) if i >= first
                   and line.lstrip().startswith(f"def {name}(")), None)
@@ -92,7 +99,7 @@ def scratch_copy(dest: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from mutation_report import explain, sources_unchanged
+    from mutation_report import explain, module_of, sources_unchanged
     record, out, rest = Path(argv[0]), Path(argv[1]), argv[2:]
     previous = {}
     if rest[:1] == ["--killed"]:
@@ -112,7 +119,7 @@ def main(argv: list[str]) -> int:
             if not sources_unchanged(module, sources_of[module]):
                 print(f"{module}: idlib/{module}.py changed since {sources_of[module][:10]}; mutate it again")
                 return 1
-            survivors = [s for s in rec["survivors"] if s["mutant"].split(".")[1] == module
+            survivors = [s for s in rec["survivors"] if module_of(s["mutant"]) == module
                          and (every or explain(s["mutant"], s["diff"]) is None)
                          and (only is None or s["mutant"] in only)]
             if run_tests(tree, TESTS[module]) != 0:
