@@ -126,6 +126,21 @@ RULES: list[tuple[str, str, str]] = [
      r"-\(-\(n_rot - s\) / size\)"),
     ("diagnostics only: the timings in factors['seconds'] (their keys and range are tested)",
      r"fastrank\.x_structured_rank", r"seconds"),
+    ("performance only: factored_is_cheaper's flop model picks between two routes of the same coupled "
+     "test (tests/test_fastrank.py checks their bounds agree); a changed model changes the time only",
+     r"fastrank\.x_factored_is_cheaper", r"(direct|factored) = |return factored"),
+    ("equivalent: at A.shape[0] = A.shape[1] both Gram matrices have the same order and spectrum",
+     r"fastrank\.x__norm2", r"A\.shape\[0\] < A\.shape\[1\]"),
+    ("equivalent: the Gram matrix G is square, shape[1] is shape[0]", r"fastrank\.x__norm2",
+     r"n = G\.shape\[1\]"),
+    ("certified either way: the start block's seed and width and the step count change only the "
+     "estimate theta, and whatever theta is, the bound returned passes the same Cholesky test (its "
+     "1e-4 tightness and its independence of the global seed are tested)", r"fastrank\.x__norm2",
+     r"(manual_seed\(1\)|randn\(n, 9,|range\(41\))"),
+    ("equivalent: W is H v x d with H v <= d (applicable refuses more), so its U is H v x H v with "
+     "or without full_matrices", r"fastrank\.x_structured_rank", r"svd\(W, (\)|full_matrices=True\))"),
+    ("equivalent: a column of ones is exact in float32, and torch.cat promotes it to float64",
+     r"fastrank\.x_structured_rank", r"torch\.ones\(B \* n, 1, (dtype=None)?\)"),
 ]
 
 

@@ -394,11 +394,16 @@ def _norm2(A: torch.Tensor) -> float:
     theta = max(torch.linalg.eigvalsh(X.T @ G @ X)[-1].item(), G.diagonal().max().item())
     for e in (1e-4, 1e-3, 1e-2, 1e-1, 1.0):
         mu = theta * (1.0 + e)
-        test = -G
-        test.diagonal().add_(mu * (1.0 - SAFETY))
-        if torch.linalg.cholesky_ex(test)[1].item() == 0:
+        if _certified_below(G, mu):
             return math.sqrt(mu)
     return math.sqrt(G.trace().item()) * (1 + 1e-10)
+
+
+def _certified_below(G: torch.Tensor, mu: float) -> bool:
+    """True when lambda_max(G) < mu (1 - SAFETY): mu (1 - SAFETY) I - G has a Cholesky factor."""
+    test = -G
+    test.diagonal().add_(mu * (1.0 - SAFETY))
+    return torch.linalg.cholesky_ex(test)[1].item() == 0
 
 
 GRAM_BLOCKS = 4    # a Gram matrix A^T A is formed as 4 x 4 column blocks, the lower ones only

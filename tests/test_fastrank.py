@@ -265,6 +265,60 @@ def test_norm2_above_the_eigh_size_is_a_certified_upper_bound(monkeypatch):
     assert len(passes) == 5
 
 
+def test_norm2_uses_the_smaller_gram_matrix_and_eigh_up_to_its_limit():
+    """A 3 x 1100 matrix and its transpose have a Gram matrix of order 3, A 1024 x 1030 one of
+    order NORM_EIGH_MAX = 1024 exactly: eigh, within 1e-10 (the certified bound is 1e-4 loose)."""
+    from idlib.fastrank import NORM_EIGH_MAX, _norm2
+    gen = torch.Generator().manual_seed(6)
+    for shape in ((3, 1100), (1100, 3), (NORM_EIGH_MAX, NORM_EIGH_MAX + 6)):
+        A = torch.randn(*shape, generator=gen, dtype=torch.float64)
+        true = torch.linalg.matrix_norm(A, 2).item()
+        assert true <= _norm2(A) <= true * (1 + 2e-10), shape
+
+
+def test_norm2_bound_is_the_same_whatever_the_global_seed(monkeypatch):
+    """The subspace iteration starts from its own seeded block, not torch's global generator."""
+    import idlib.fastrank as fr
+    monkeypatch.setattr(fr, "NORM_EIGH_MAX", 4)
+    A = torch.randn(30, 20, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    bounds = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        bounds.append(fr._norm2(A))
+    assert bounds[0] == bounds[1]
+
+
+def test_norm2_raises_its_estimate_by_1e_4_then_decades_up_to_2(monkeypatch):
+    """Where no test passes, mu = theta (1 + e) for e = 1e-4, 1e-3, 1e-2, 1e-1, 1, in that order."""
+    import idlib.fastrank as fr
+    monkeypatch.setattr(fr, "NORM_EIGH_MAX", 4)
+    tried = []
+    monkeypatch.setattr(fr, "_certified_below", lambda G, mu: tried.append(mu) and False)
+    A = torch.randn(30, 20, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    fr._norm2(A)
+    theta = tried[0] / (1 + 1e-4)
+    assert [mu / theta for mu in tried] == pytest.approx([1 + 1e-4, 1.001, 1.01, 1.1, 2.0], rel=1e-13)
+
+
+def test_certified_below_takes_the_relative_margin_off_mu():
+    """lambda_max(G) = 3: mu = 3 (1 + SAFETY / 2) is refused (mu (1 - SAFETY) < 3), 3 (1 + 2 SAFETY)
+    certified."""
+    from idlib.fastrank import SAFETY, _certified_below
+    Q = torch.linalg.qr(torch.randn(6, 6, generator=torch.Generator().manual_seed(9), dtype=torch.float64))[0]
+    G = Q @ torch.diag(torch.tensor([3.0, 2.0, 1.0, 0.5, 0.1, 0.0], dtype=torch.float64)) @ Q.T
+    before = G.clone()
+    assert not _certified_below(G, 3.0 * (1 + SAFETY / 2))
+    assert _certified_below(G, 3.0 * (1 + 2 * SAFETY))
+    assert torch.equal(G, before)
+
+
+def test_coupled_directions_budget_is_16000_rows_times_directions():
+    """The default budget: at most 16,000 / (B n) directions (B n j <= 16,000), an int."""
+    assert coupled_directions(200_000, 1) == 16000 and coupled_directions(200_000, 2) == 8000
+    assert coupled_directions(200_000, 3) == 5333
+    assert all(type(coupled_directions(hv, rows)) is int for hv, rows in ((128, 16000), (128, 7), (9, 100)))
+
+
 def test_factored_rows_convert_both_factors():
     from idlib.fastrank import FactoredRows
     rows = FactoredRows(torch.ones(2, 3, dtype=torch.float64), torch.ones(3, 1, dtype=torch.float64))
