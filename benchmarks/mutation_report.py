@@ -176,6 +176,17 @@ def explain(name: str, lines: list[str]) -> str | None:
     return None
 
 
+def score_text(counts: dict[str, int]) -> str:
+    """(killed + timeout) / (killed + timeout + survived) as a percentage, '-' when none was judged."""
+    judged = counts.get("killed", 0) + counts.get("timeout", 0) + counts.get("survived", 0)
+    return f"{(judged - counts.get('survived', 0)) / judged:.1%}" if judged else "-"
+
+
+def kind_of(reason: str | None) -> str:
+    """'equivalent', 'performance only', ... (a rule's reason up to its colon); 'not explained'."""
+    return reason.split(":")[0] if reason else "not explained"
+
+
 def module_of(name: str) -> str:
     return name.split(".")[1]
 
@@ -268,10 +279,9 @@ def main(argv: list[str]) -> int:
              "| module | sources of | mutants | killed | timeout | survived | no tests | not checked | score |",
              "| :-- | :-- | --: | --: | --: | --: | --: | --: | --: |"]
     for m, c in sorted(per_module.items()):
-        j = c["killed"] + c["timeout"] + c["survived"]
-        score = f"{(c['killed'] + c['timeout']) / j:.1%}" if j else "-"
         lines.append(f"| {m} | {sources[m][:10]} | {sum(c.values())} | {c['killed']} | "
-                     f"{c['timeout']} | {c['survived']} | {c['no tests']} | {c['not checked']} | {score} |")
+                     f"{c['timeout']} | {c['survived']} | {c['no tests']} | {c['not checked']} | "
+                     f"{score_text(c)} |")
     lines.append(f"| all | | {sum(total.values())} | {total['killed']} | {total['timeout']} | "
                  f"{total['survived']} | {total['no tests']} | {total['not checked']} | "
                  f"{summary['score']:.1%} |")

@@ -39,3 +39,26 @@ def test_a_diff_that_is_not_there_is_refused():
         apply_mutant(SOURCE, "idlib.m.x_f__mutmut_1", ["-    y = x + 1", "+    y = x + 2"])
     with pytest.raises(DiffError, match="no function h"):
         apply_mutant(SOURCE, "idlib.m.x_h__mutmut_1", ["-    y = x + 1", "+    y = x + 2"])
+
+
+def test_the_books_mutation_table_counts_timeouts_as_killed_and_sorts_survivors_by_kind(tmp_path):
+    """benchmarks/report.py's table for the reproducibility page, from a mutation.json: score =
+    (killed + timeout) / (killed + timeout + survived); 'no tests' and 'not checked' left out."""
+    import json
+    from report import mutation_md
+    from mutation_report import kind_of, score_text
+    assert score_text({"killed": 7, "timeout": 1, "survived": 2, "not checked": 90}) == "80.0%"
+    assert score_text({"not checked": 3}) == "-"
+    assert kind_of("equivalent: R is square") == "equivalent" and kind_of(None) == "not explained"
+    record = {"summary": {"modules": {"rank": {"killed": 7, "timeout": 1, "survived": 2, "no tests": 4},
+                                      "counting": {"killed": 1000, "not checked": 5}},
+                          "total": {"killed": 1007, "timeout": 1, "survived": 2, "no tests": 4, "not checked": 5},
+                          "sources_of": {"rank": "abcdef1234", "counting": "0123456789"}},
+              "survivors": [{"mutant": "a", "reason": "equivalent: x"}, {"mutant": "b", "reason": None}]}
+    (tmp_path / "mutation.json").write_text(json.dumps(record))
+    lines = mutation_md(tmp_path / "mutation.json").splitlines()
+    assert "| `counting` | `0123456` | 1,005 | 1,000 | 0 | 5 | 100.0% |" in lines
+    assert "| `rank` | `abcdef1` | 14 | 8 | 2 | 0 | 80.0% |" in lines
+    assert "| all | | 1,019 | 1,008 | 2 | 5 | **99.8%** |" in lines
+    assert lines[-1].endswith("The 2 survivors: equivalent 1, not explained 1.")
+    assert "has not been made yet" in mutation_md(tmp_path / "missing.json")
