@@ -91,7 +91,7 @@ RULES: list[tuple[str, str, str]] = [
      "where it is 'break'", r"counting\.x_check_derived_latent", r"^\s*break$"),
     ("equivalent: torch indexes with a list of whole-number floats as with ints",
      r"symmetry\.x_act", r"runs = \[layer / config\.kv_share"),
-    ("equivalent for every stack check_derived allows: the tensors off the head and group axes "
+    ("equivalent: for every stack check_derived allows, the tensors off the head and group axes "
      "(b_O, the gains) are 1-d or read as (-1, k), and _unflat restores their shapes",
      r"symmetry\.x__flat", r"or True else p"),
     ("equivalent in practice: with s_max between 1e-2 and 1e4, rtol s_max and rtol / s_max both "
