@@ -139,6 +139,31 @@ RULES: list[tuple[str, str, str]] = [
      r"(manual_seed\(1\)|randn\(n, 9,|range\(41\))"),
     ("equivalent: W is H v x d with H v <= d (applicable refuses more), so its U is H v x H v with "
      "or without full_matrices", r"fastrank\.x_structured_rank", r"svd\(W, (\)|full_matrices=True\))"),
+    ("equivalent: a cut past the last row or column adds an empty block", r"fastrank\.x_(gram|_coupled_test)",
+     r"range\((blocks|GRAM_ROW_BLOCKS) \+ 2\)"),
+    ("equivalent: the identity is exact in float32, and einsum and kron promote it to float64",
+     r"fastrank\.x_(_group_jacobian_closed|block_gram)", r"torch\.eye\((m|vd|v), (dtype=None)?\)"),
+    ("equivalent: keep.nonzero() reads a float mask of ones and zeros as it reads the boolean one",
+     r"fastrank\.x_split_block", r"keep = torch\.ones\(P_g, (dtype=None)?\)"),
+    ("equivalent: d is assigned but never read in _group_jacobian_closed", r"fastrank\.x__group_jacobian_closed",
+     r"vd, d = v\.shape\[-1\], X\.shape\[(\+1|-2)\]"),
+    ("performance only: without RoPE, R_s^T q_t = q_t for every key s, and the other branch is the "
+     "same sum without the (t, s) expansion", r"fastrank\.x__group_jacobian_closed",
+     r'"W_K": scale \* \(torch\.einsum\("bhtsc,bsa,bhtse->bhtcae", AD, Xc, Rq\) if \(sub\.rotary_dim\) or True else'),
+    ("equivalent today (a known defect): s >= 0 differs only at sigma_min(Z') = 0 exactly (a value "
+     "column that is zero), where the route fails either way, in the lift's Cholesky factorisation "
+     "(LinAlgError) instead of reporting no certificate", r"fastrank\.x_structured_rank",
+     r"elif a > 0 and s >= 0:"),
+    ("equivalent: replace keeps an explicit value_dim, and a derived one is head_dim, which is passed",
+     r"fastrank\.x_group_config", r"^\s*\)$"),
+    ("equivalent: S holds the P_g >= 1 eigenvalues of the block's Gram matrix, so it is never empty",
+     r"fastrank\.x_structured_rank", r"S\[0\]\.item\(\) if (\(S\.numel\(\)\) or True|S\.numel\(\)) else (0|1)\.0"),
+    ("equivalent: structured_rank refuses H v > d (applicable, its first lines), so H v <= d and "
+     "H / v <= d hold and the else branch is never taken", r"fastrank\.x_structured_rank",
+     r"s_min_W = s_W\.min\(\)\.item\(\) if (\(H \* v <= d\) or True|H / v <= d|H \* v <= d) else"),
+    ("equivalent: never reached, u >= 1 for every layer: scaling a group's queries by c and its keys "
+     "by 1 / c (biases with them) moves no output, so every block K_g has a kernel",
+     r"fastrank\.x_structured_rank", r"(kernel_sv = (None|torch\.zeros\()|sigma_next = (None|1\.0)$)"),
     ("equivalent: a column of ones is exact in float32, and torch.cat promotes it to float64",
      r"fastrank\.x_structured_rank", r"torch\.ones\(B \* n, 1, (dtype=None)?\)"),
 ]

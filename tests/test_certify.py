@@ -40,6 +40,18 @@ def test_tolerance_and_rank_rule():
     assert r == 3 and gap == 1e-9 / (3 * EPS)
 
 
+def test_rank_rule_at_a_small_scale_at_rank_one_and_for_round_off_only():
+    """tau follows sigma_1 (scale 0 by default, not 1): at sigma_1 = 1e-3 a value of 1e-17 is above
+    tau; rank 1 takes the ordinary branch; a matrix that is round-off throughout (at scale 1) has
+    rank 0 and gap tau / sigma_1."""
+    r, gap = rank_from_singular_values(torch.tensor([1e-3, 1e-17], dtype=torch.float64), (2, 2))
+    assert r == 2 and gap == 1e-17 / (1e-3 * 2 * EPS)
+    r, gap = rank_from_singular_values(torch.tensor([1.0, 0.0], dtype=torch.float64), (2, 2))
+    assert r == 1 and gap == 1.0 / (2 * EPS)
+    r, gap = rank_from_singular_values(torch.tensor([1e-21, 1e-20], dtype=torch.float64), (2, 2), scale=1.0)
+    assert r == 0 and gap == 2 * EPS / 1e-20
+
+
 def test_format_gap_decades():
     assert [format_gap(g) for g in (math.inf, 1e8 * 1.01, 1e8, 12.0, 1e4, 0.0)] == \
         ["inf", "> 1e8", "1e8-1e9", "1e1-1e2", "1e4-1e5", "1e-99-1e-98"]

@@ -174,7 +174,8 @@ def _dense_factors(config, params, X):
     Q, R = torch.linalg.qr(Zp)
     W = params["W_O"].reshape(H * v, d)
     s_W = torch.linalg.svdvals(W)
-    out = {"s": torch.linalg.svdvals(Zp).min().item(), "sigma_max_Z": torch.linalg.svdvals(Zp).max().item(),
+    out = {"s": torch.linalg.svdvals(Zp).min().item(), "sigma_min_Z": torch.linalg.svdvals(Zp).min().item(),
+           "sigma_max_Z": torch.linalg.svdvals(Zp).max().item(),
            "sigma_min_W": s_W.min().item(), "sigma_max_W": s_W.max().item()}
     sig_r, nM, nL, nJZ, ranks, norm_Wg, gaps = [], [], [], [], [], [], []
     for g in range(G):
@@ -510,6 +511,7 @@ def test_closed_form_blocks_are_the_forward_mode_blocks(kw):
     from idlib.fastrank import _group_jacobian, _group_jacobian_closed
     config = AttentionConfig(**kw)
     params, X = _setup(config)
+    X = X + 0.5 * torch.arange(X.shape[-1], dtype=X.dtype)    # not centred: the layer centres what it needs
     sub = group_config(config)
     freqs = torch.tensor([0.3, 1.1], dtype=torch.float64)[:config.rotary_dim // 2] if config.rotary_dim == 4 else None
     for g in range(config.n_kv_heads):
@@ -807,6 +809,43 @@ def test_kernel_vectors_are_refined_on_K_itself():
     s = structured_rank(config, params, X)
     assert s.sigma_next_upper < 1e-2 * s.factors["tolerance_upper"]
     assert s.gap >= CERTIFY_GAP and s.rank == count(config).identified
+
+
+def test_group_config_is_one_group_of_the_layer_and_value_columns_hold_W_V_then_b_V():
+    """group_config keeps every field but the head counts (m heads, one key/value head), value_dim
+    included; value_columns lists W_V's d v positions then b_V's v, where _group_shapes puts them."""
+    from idlib.fastrank import _group_shapes, value_columns
+    config = AttentionConfig(d_model=12, n_heads=4, n_kv_heads=2, head_dim=4, value_dim=2, bias="qkv")
+    sub = group_config(config)
+    assert (sub.n_heads, sub.n_kv_heads, sub.head_dim, sub.value_dim) == (2, 1, 4, 2)
+    assert (sub.d_model, sub.bias, sub.causal) == (config.d_model, config.bias, config.causal)
+    offsets, at = {}, 0
+    for name, shape in _group_shapes(sub):
+        offsets[name] = at
+        at += math.prod(shape)
+    cols = value_columns(sub).tolist()
+    assert cols == list(range(offsets["W_V"], offsets["W_V"] + 12 * 2)) + \
+        list(range(offsets["b_V"], offsets["b_V"] + 2))
+
+
+def test_coupled_lower_bound_searches_quarter_octaves_down_then_refines(monkeypatch):
+    """Where float32 and float64 agree (the test passes up to lam_top 4^-7 sqrt 2): float32 tries
+    lam_top 4^-1, ..., 4^-7, then lo 2 (fails), lo sqrt 2 (passes), lo sqrt 2 2^(1/4) (fails); one
+    float64 test certifies lam_top 4^-7 sqrt 2."""
+    import idlib.fastrank as fr
+    blocks, rows, j, s = _synthetic_blocks(seed=1), 3, 2, 50.0
+    s_W = torch.tensor([0.2, 0.7, 1.3, 2.0], dtype=torch.float64)
+    lam_top = min(s * s / 2, s_W[j].item() ** 2 * min(S[-1].item() for S, _, _ in blocks) ** 2)
+    limit = lam_top * 4.0 ** -7 * 2 ** 0.5 * (1 + 1e-9)
+    calls = []
+    monkeypatch.setattr(fr, "_coupled_test", lambda bl, lam, *a: calls.append((bl[0][0].dtype, lam))
+                        or lam <= limit)
+    got = fr.coupled_lower_bound(blocks, s_W, j, rows, s) ** 2
+    lo = lam_top * 4.0 ** -7
+    want = [lam_top * 4.0 ** -i for i in range(1, 8)] + [lo * 2, lo * 2 ** 0.5, lo * 2 ** 0.5 * 2 ** 0.25]
+    assert [dt for dt, _ in calls] == [torch.float32] * 10 + [torch.float64]
+    assert [lam for _, lam in calls[:10]] == pytest.approx(want, rel=1e-12)
+    assert calls[10][1] == pytest.approx(lo * 2 ** 0.5, rel=1e-12) and got == pytest.approx(lo * 2 ** 0.5, rel=1e-12)
 
 
 def test_factored_rows_decide_as_their_product():
