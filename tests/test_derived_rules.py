@@ -131,7 +131,13 @@ def test_extra_components_are_named_for_their_parameters(kw, names):
     (dict(d_model=4, n_heads=1, value_dim=4, bias="v"), None),        # v = b: the value bias undoes all
     (dict(d_model=4, n_heads=1, value_dim=6, bias="v"), None),        # v > b, no output bias: d - G v fixed
     (dict(d_model=4, n_heads=1, value_dim=6, bias="vo"), None),       # v > b with an output bias
-], ids=["shared-ln-zero-frequency", "v-equals-d", "v-above-d", "v-above-d-with-o"])
+    # a latent of C = 2 < d makes b = 2: v > b with G v < d, so d - G v = 3 directions are fixed
+    # without an output bias and none with one; at v = b none either
+    (dict(d_model=6, n_heads=1, value_dim=3, kv_latent=2, bias="v"), None),
+    (dict(d_model=6, n_heads=1, value_dim=3, kv_latent=2, bias="vo"), None),
+    (dict(d_model=6, n_heads=1, value_dim=2, kv_latent=2, bias="v"), None),
+], ids=["shared-ln-zero-frequency", "v-equals-d", "v-above-d", "v-above-d-with-o", "latent-v-above-b",
+        "latent-v-above-b-with-o", "latent-v-equals-b"])
 def test_counts_at_the_edges_match_the_measured_rank(kw, freqs):
     from idlib.rank import measure
     config = AttentionConfig(**kw)
