@@ -101,7 +101,7 @@ html: $(SETUP)
 define book_from
 	rm -rf $(2) $(4)/$(BUILD)/$(if $(5),latex,html) $(4)/$(BUILD)/.doctrees $(4)/$(BUILD)/jupyter_execute
 	mkdir -p $(2)
-	tar -c --exclude=./$(BUILD) --exclude=./$(VENV) --exclude=./.git --exclude=./.pytest_cache \
+	tar -c --exclude=./$(BUILD) --exclude=./$(VENV) --exclude=./.git --exclude=./.pytest_cache --exclude=./mutants \
 	  --exclude='*/.ipynb_checkpoints' --exclude='*/__pycache__' -f - . | tar -x -C $(2)
 	if ls $(1)/*.ipynb >/dev/null 2>&1; then cp $(1)/*.ipynb $(2)/chapters/; fi
 	$(PY) -c "$$EXECUTED_BOOK" $(2) $(3)
