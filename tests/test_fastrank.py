@@ -880,3 +880,18 @@ def test_factored_rows_are_taken_where_they_are_cheaper():
     assert not factored_is_cheaper(329, 9, 6, 1053)
     assert not factored_is_cheaper(910, 32, 16, 5888)
     assert not factored_is_cheaper(100, 8, 8, 300)
+
+
+@pytest.mark.xfail(strict=True, raises=torch.linalg.LinAlgError,
+                   reason="known defect: with sigma_min(Z') = 0 the lift's Cholesky factorisation fails "
+                          "instead of the route reporting no certificate (README, mutation score)")
+def test_a_zero_value_column_gives_no_certificate_rather_than_an_error():
+    """A value column of zeros makes Z' singular (sigma_min(Z') = 0 exactly); the dense route
+    measures the layer, the structured one should say it cannot certify it."""
+    config = AttentionConfig(d_model=8, n_heads=2)
+    params, X = _setup(config)
+    params["W_V"] = params["W_V"].clone()
+    params["W_V"][0, :, 0] = 0.0
+    assert measure(config, params=params, method="dense").certified
+    s = structured_rank(config, params, X)
+    assert s.factors["s"] == 0.0 and s.gap < CERTIFY_GAP
