@@ -309,7 +309,7 @@ def main(argv: list[str]) -> int:
                      f"{score_text(c)} |")
     lines.append(f"| all | | {sum(total.values())} | {total['killed']} | {total['timeout']} | "
                  f"{total['survived']} | {total['no tests']} | {total['not checked']} | "
-                 f"{summary['score']:.1%} |")
+                 f"{score_text(total)} |")
     lines += ["", "score = (killed + timeout) / (killed + timeout + survived); *not checked*: "
               "mutants the run did not reach.", ""]
     if total["not checked"]:

@@ -440,13 +440,19 @@ def test_coupled_lower_bound_is_the_best_grid_point(s):
     assert coupled_lower_bound([(S, TS, 1e6 * ML) for S, TS, ML in blocks], s_W, j, rows, s) < math.sqrt(got)
 
 
+def _search_problem():
+    """Synthetic blocks for coupled_lower_bound's search: (blocks, rows, j, s, s_W ascending, lam_top)."""
+    blocks, rows, j, s = _synthetic_blocks(seed=1), 3, 2, 50.0
+    s_W = torch.tensor([0.2, 0.7, 1.3, 2.0], dtype=torch.float64)
+    lam_top = min(s * s / 2, s_W[j].item() ** 2 * min(S[-1].item() for S, _, _ in blocks) ** 2)
+    return blocks, rows, j, s, s_W, lam_top
+
+
 def test_coupled_lower_bound_is_decided_in_float64(monkeypatch):
     """The float32 search only proposes lam; the float64 test certifies it, from there down by
     2^(1/4), at most CERTIFY_TRIES times (else 0)."""
     import idlib.fastrank as fr
-    blocks, rows, j, s = _synthetic_blocks(seed=1), 3, 2, 50.0
-    s_W = torch.tensor([0.2, 0.7, 1.3, 2.0], dtype=torch.float64)
-    lam_top = min(s * s / 2, s_W[j].item() ** 2 * min(S[-1].item() for S, _, _ in blocks) ** 2)
+    blocks, rows, j, s, s_W, lam_top = _search_problem()
     calls = []
 
     def fake(bl, lam, *args):
@@ -833,9 +839,7 @@ def test_coupled_lower_bound_searches_quarter_octaves_down_then_refines(monkeypa
     lam_top 4^-1, ..., 4^-7, then lo 2 (fails), lo sqrt 2 (passes), lo sqrt 2 2^(1/4) (fails); one
     float64 test certifies lam_top 4^-7 sqrt 2."""
     import idlib.fastrank as fr
-    blocks, rows, j, s = _synthetic_blocks(seed=1), 3, 2, 50.0
-    s_W = torch.tensor([0.2, 0.7, 1.3, 2.0], dtype=torch.float64)
-    lam_top = min(s * s / 2, s_W[j].item() ** 2 * min(S[-1].item() for S, _, _ in blocks) ** 2)
+    blocks, rows, j, s, s_W, lam_top = _search_problem()
     limit = lam_top * 4.0 ** -7 * 2 ** 0.5 * (1 + 1e-9)
     calls = []
     monkeypatch.setattr(fr, "_coupled_test", lambda bl, lam, *a: calls.append((bl[0][0].dtype, lam))
