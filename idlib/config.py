@@ -34,120 +34,24 @@ Reading files: ``read_json`` reads a config file once (regular files and pipes, 
 from __future__ import annotations
 
 import json
-import math
 import os
 import stat
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+from . import variants
+from .fields import (MAX_SEED, MAX_SIZE, BIAS_LETTERS, Check, ConfigError,  # noqa: F401 (re-exported)
+                     integer_argument, plain, show)
+from .fields import boolean as _boolean, integer as _integer, positive as _base  # noqa: F401
 
 
-class ConfigError(ValueError):
-    """A configuration that breaks a rule; the message names the field and the rule."""
-
-
-MAX_SIZE = 2 ** 53              # integer sizes above this cannot be counted as floats can hold them
-MAX_CONFIG_BYTES = 1 << 20      # a config file larger than 1 MiB is refused unread
-BIAS_LETTERS = "qkvo"
-QK_NORMS = ("none", "plain", "gain", "whole", "layernorm", "layernorm_shared")
 DERIVED = ("n_kv_heads", "head_dim", "value_dim")   # fields whose default is derived from others
-
-
-def show(value: Any) -> str:
-    """repr of a value for a one-line message (huge integers by their size, not their digits)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10 ** 30:
-        return f"{'-' if value < 0 else ''}<an integer of {abs(value).bit_length()} bits>"
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def plain(value: Any) -> Any:
-    """A NumPy scalar (np.int64, np.float32, np.bool_, np.str_) as its Python value; else itself."""
-    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
-        return value.item()
-    return value
-
-
-# -- the rules, as data: field -> (check returning the normalised value, rule text) ----------
-
-def _integer(name: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"{name}={show(value)} must be an integer")
-    if value < 1:
-        raise ConfigError(f"{name}={show(value)} must be at least 1")
-    if value > MAX_SIZE:
-        raise ConfigError(f"{name}={show(value)} must be at most 2**53 = {MAX_SIZE} "
-                          "(larger sizes have no meaningful count)")
-    return value
-
-
-MAX_SEED = 2 ** 63 - 1          # torch seeds are 64-bit; random_inputs adds an offset
-
-
-def integer_argument(name: str, value: Any, low: int = 1, high: int = MAX_SIZE) -> int:
-    """``value`` (a NumPy integer too) as an int in [low, high], else a ConfigError naming ``name``."""
-    value = plain(value)
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise ConfigError(f"{name}={show(value)} must be an integer in [{low}, {high}]")
-    return value
-
-
-def _fraction(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{name}={show(value)} must be a number in [0, 1]")
-    if not (0 <= value <= 1):
-        raise ConfigError(f"{name}={show(value)} must be in [0, 1]")
-    return float(value)
-
-
-def _softcap(name: str, value: Any) -> float:
-    """A logit soft-cap c (scores -> c tanh(scores / c)): a positive finite number."""
-    return _base(name, value)
-
-
-def _base(name: str, value: Any) -> float:
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0
-    try:
-        ok = ok and math.isfinite(float(value))
-    except OverflowError:                       # an int beyond the float range
-        ok = False
-    if not ok:
-        raise ConfigError(f"{name}={show(value)} must be a positive finite number")
-    return float(value)
-
-
-def _letters(name: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise ConfigError(f"{name}={show(value)} must be a string of letters from 'qkvo'")
-    bad = sorted(set(value) - set(BIAS_LETTERS))
-    if bad:
-        raise ConfigError(
-            f"{name}={show(value)} may contain only the letters q, k, v, o (got {''.join(bad)!r})")
-    if len(set(value)) != len(value):
-        raise ConfigError(f"{name}={show(value)} repeats a letter")
-    return "".join(c for c in BIAS_LETTERS if c in value)
-
-
-def _boolean(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{name}={show(value)} must be true or false")
-    return value
-
-
-def _qk_norm(name: str, value: Any) -> str:
-    if not isinstance(value, str) or value not in QK_NORMS:
-        raise ConfigError(f"{name}={show(value)} must be one of {', '.join(QK_NORMS)}")
-    return value
-
-
-Check = Callable[[str, Any], Any]
-# every field's type and range; None (a derived default, or no latent) skips the check
-RULES: dict[str, Check] = {
-    "d_model": _integer, "n_heads": _integer, "n_kv_heads": _integer, "head_dim": _integer,
-    "value_dim": _integer, "rope_fraction": _fraction, "rope_base": _base, "bias": _letters,
-    "causal": _boolean, "qk_norm": _qk_norm, "kv_latent": _integer, "latent_norm": _boolean,
-    "input_centered": _boolean, "n_layers": _integer, "kv_share": _integer, "softcap": _softcap,
-}
+OPTIONAL = DERIVED + ("kv_latent", "softcap")         # fields whose None is a value (not checked)
+MAX_CONFIG_BYTES = 1 << 20      # a config file larger than 1 MiB is refused unread
+QK_NORMS = variants.qk_norm.QK_NORMS
+# every field's type and range, from the variant rows (idlib.variants); None skips OPTIONAL ones
+RULES: dict[str, Check] = variants.rules()
 
 
 @dataclass(frozen=True)
@@ -174,15 +78,18 @@ class AttentionConfig:
     n_layers: int = 1
     kv_share: int = 1
     softcap: float | None = None
+    alibi: bool = False
+    sinks: bool = False
+    output_gate: bool = False
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
         set_("_explicit", frozenset(n for n in DERIVED if getattr(self, n) is not None))
         for name, check in RULES.items():
             value = plain(getattr(self, name))
-            if value is not None or name not in DERIVED + ("kv_latent", "softcap"):
+            if value is not None or name not in OPTIONAL:
                 set_(name, check(name, value))
-        # -- the fields must describe a layer -----------------------------------------------
+        # -- the fields must describe a layer: the heads first (their defaults), then each row --
         if self.n_kv_heads is None:
             set_("n_kv_heads", self.n_heads)
         if self.n_kv_heads > self.n_heads or self.n_heads % self.n_kv_heads:
@@ -196,20 +103,9 @@ class AttentionConfig:
             set_("head_dim", self.d_model // self.n_heads)
         if self.value_dim is None:
             set_("value_dim", self.head_dim)
-        rot = self.rope_fraction * self.head_dim
-        if abs(rot - round(rot)) > max(1e-9, 4 * math.ulp(rot)) or round(rot) % 2:
-            raise ConfigError(
-                f"rope_fraction={self.rope_fraction} times head_dim={self.head_dim} "
-                f"= {rot:g} must be an even integer (RoPE rotates pairs of dimensions)")
-        if self.input_centered and self.d_model < 2:
-            raise ConfigError(f"input_centered=True needs d_model >= 2 (got {self.d_model}: "
-                              "a centred 1-dim input is always zero)")
-        if self.latent_norm and self.kv_latent is None:
-            raise ConfigError("latent_norm=True needs kv_latent (there is no latent to normalise)")
-        if self.n_layers % self.kv_share:
-            raise ConfigError(f"kv_share={self.kv_share} must divide n_layers={self.n_layers}")
-        if self.n_layers > 1 and self.kv_latent is not None:   # param_shapes has no stacked latent
-            raise ConfigError("kv_latent with n_layers > 1 is not derived (use one layer)")
+        for row in variants.ROWS:
+            if row.relations is not None:
+                row.relations(self)
 
     # -- derived sizes -------------------------------------------------------------------
     @property

@@ -253,7 +253,7 @@ def test_rank_from_singular_values():
 def test_class_size_guard_fires_exactly_past_its_limit(monkeypatch):
     """base 1e8 over 1000 planes walks 6 runs of class sizes (sizes 1..5 and the last cut): a limit
     of 6 counts it, a limit of 5 refuses it with the rule named."""
-    import idlib.counting as counting
+    import idlib.fibers as counting
     monkeypatch.setattr(counting, "MAX_CLASS_SIZES", 6)
     assert sum(mu * n for mu, n in _standard_classes(1000, 1e8)[0].items()) == 1000
     monkeypatch.setattr(counting, "MAX_CLASS_SIZES", 5)
