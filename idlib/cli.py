@@ -21,7 +21,7 @@ from typing import Any, NoReturn, Sequence
 from .attention import n_params
 from . import implementations
 from .certify import CERTIFY_GAP, check, format_gap
-from .config import (MAX_SEED, AttentionConfig, ConfigError, LatentAttentionConfig, check_fields,
+from .config import (MAX_SEED, QK_NORMS, AttentionConfig, ConfigError, LatentAttentionConfig, check_fields,
                      read_json, show)
 from .counting import count
 from .fastrank import applicable
@@ -108,7 +108,7 @@ LAYER_FLAGS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
         metavar="LETTERS", help="biases on a subset of q, k, v, o, e.g. qkv ('' or none: no biases)")),
     ("layer", "causal", "--causal", dict(BOOL, help="causal mask (--no-causal overrides a file)")),
     ("variants", "qk_norm", "--qk-norm", dict(
-        choices=("none", "plain", "gain", "whole", "layernorm", "layernorm_shared"),
+        choices=QK_NORMS,
         help="RMS-normalise each head's queries and keys; gain: with learned gains shared by the "
              "heads; whole: all heads together, gains per dim (OLMo 2); layernorm: a LayerNorm "
              "per head with its own gains (StableLM, Cohere); layernorm_shared: one LayerNorm "
@@ -128,10 +128,17 @@ LAYER_FLAGS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     ("variants", "softcap", "--softcap", dict(
         type=number, metavar="C", help="logit soft-capping, scores -> C tanh(scores / C) "
                                        "(Gemma 2; default none)")),
+    ("variants", "alibi", "--alibi", dict(
+        BOOL, help="ALiBi: fixed per-head linear position biases on the scores (BLOOM, MPT)")),
+    ("variants", "sinks", "--sinks", dict(
+        BOOL, help="attention sinks: a learned logit per head in the softmax (gpt-oss)")),
+    ("variants", "output_gate", "--output-gate", dict(
+        BOOL, help="gated attention: each head's output times a sigmoid gate of the input "
+                   "(Qwen3-Next)")),
 )
 FLAG_OF = {name: flag for _, name, flag, _ in LAYER_FLAGS}
 GROUP_TITLES = {"layer": "the attention layer (flags override --config)",
-                "variants": "variants (chapter 7)"}
+                "variants": "variants (chapters 7, 9, 10)"}
 
 # (flag, argparse keywords; dest is the flag's name): the options of verify only
 VERIFY_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (

@@ -35,6 +35,7 @@ import math
 import torch
 
 from .attention import Params, flatten, n_params, param_slices, unflatten
+from . import variants
 from .config import AttentionConfig
 from .counting import count
 from .symmetry import (act, chart, gl_action, gl_blocks, gl_only, gl_tangent, orbit_generators,
@@ -44,13 +45,12 @@ COMPONENTS = {"qk": ("W_Q", "W_K", "b_Q", "b_K"), "vo": ("W_V", "W_O", "b_V", "b
 
 
 def check_supported(config: AttentionConfig) -> None:
-    """This module treats one plain layer; raise ValueError naming the field otherwise."""
-    for name, plain in (("qk_norm", "none"), ("kv_latent", None), ("input_centered", False),
-                        ("n_layers", 1)):
-        value = getattr(config, name)
-        if value != plain:
-            raise ValueError(f"{name}={value!r} must be {plain!r}: idlib.conservation treats one "
-                             "plain attention layer (its moment maps and balancing are derived for it)")
+    """This module treats one plain layer (and the variants whose rows declare "conservation":
+    RoPE, biases, the causal mask, soft-capping); raise ValueError naming the others."""
+    missing = variants.unsupported(config, "conservation")
+    if missing:
+        raise ValueError(f"variant(s) {variants.named(missing)}: idlib.conservation treats one "
+                         "plain attention layer (its moment maps and balancing are derived for it)")
 
 
 # --- the projection onto the orbit tangent ---------------------------------------------------

@@ -160,9 +160,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .attention import (DTYPE, Params, apply_rope, attention_weights, center, flatten, forward,
-                        n_params, param_shapes, project, rope_frequencies, unflatten)
+from .attention import (DTYPE, Flow, Params, apply_rope, attention_weights, center, flatten, forward,
+                        n_params, param_shapes, project, rope_frequencies, run, unflatten)
 from .certify import rank_from_singular_values, roundoff_tolerance
+from . import variants
 from .config import AttentionConfig
 
 __all__ = ["StructuredRank", "StructureError", "structured_rank", "applicable", "group_config",
@@ -191,9 +192,9 @@ class StructuredRank:
 
 def head_outputs(config: AttentionConfig, params: Params, X: torch.Tensor,
                  frequencies: torch.Tensor | None = None) -> torch.Tensor:
-    """Z of shape (B, H, n, v): each head's output before the output projection."""
-    q, k, v = project(config, params, X, frequencies)
-    return attention_weights(config, q, k) @ v
+    """Z of shape (B, H, n, v): each head's output before the output projection (every stage of
+    the forward pass but the last, ``output``)."""
+    return run(Flow(config, params, X, frequencies), variants.STAGES[:-1]).heads
 
 
 def group_parameter_index(config: AttentionConfig, g: int) -> torch.Tensor:
@@ -241,13 +242,15 @@ PLAIN_PARAMETERS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
 def applicable(config: AttentionConfig) -> str | None:
     """None if the fast route applies to this layer, else the rule it breaks (one line).
 
-    It needs one layer whose only parameters are per-group projections and biases (no shared
-    latent or gains, which would couple the groups) and H v <= d (W_O of full row rank).
+    An allow-list: every variant the layer uses must declare the "structured" capability
+    (``idlib.variants``; one layer whose only parameters are per-group projections and biases,
+    no shared latent or gains, which would couple the groups), and H v <= d (W_O of full row
+    rank).  A variant that declares nothing is never taken by this route.
     """
-    if config.softcap is not None:
-        return "softcap must be None (the structured route assumes uncapped scores)"
-    if config.n_layers != 1:
-        return f"n_layers={config.n_layers} must be 1 (one layer)"
+    missing = variants.unsupported(config, "structured")
+    if missing:
+        return (f"variant(s) {variants.named(missing)}: no structured Jacobian blocks declared "
+                "(the structured route takes a layer only when every variant in it declares them)")
     extra = [name for name in param_shapes(config) if name not in PLAIN_PARAMETERS]
     if extra:
         return (f"parameters {', '.join(extra)} are shared across key/value groups "
@@ -683,7 +686,7 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
                 raise StructureError(f"heads of key/value group {g} are not a function of the "
                                      "group's own parameters")
         t0 = time.perf_counter()
-        if sub.qk_norm == "none":                                       # (B, m, n, v, P_g)
+        if variants.supports(sub, "closed_blocks"):                     # (B, m, n, v, P_g)
             T = _group_jacobian_closed(sub, theta_g, X, frequencies)
         else:                           # query/key norms without parameters: forward mode
             T = _group_jacobian(sub, theta_g, X, frequencies, chunk)

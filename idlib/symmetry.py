@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from .attention import DTYPE, Params, apply_rope, flatten, param_shapes, rope_frequencies
+from . import variants
 from .config import AttentionConfig
 
 
@@ -102,18 +103,12 @@ class Chart:
 
 
 def _check_supported(config: AttentionConfig) -> None:
-    if config.qk_norm == "whole":
+    """Refuse a layer using a variant whose row does not declare the "symmetry" capability."""
+    missing = variants.unsupported(config, "symmetry")
+    if missing:
         raise NotImplementedError(
-            "idlib.symmetry: the group action for qk_norm='whole' is not implemented here; "
-            "idlib.implementations.whole_norm_action applies it")
-    if config.qk_norm.startswith("layernorm"):
-        raise NotImplementedError(
-            f"idlib.symmetry: the group action for qk_norm={config.qk_norm!r} is not implemented; "
-            "its count is checked against the measured rank of the real modules instead")
-    if config.kv_latent is not None:
-        raise NotImplementedError(
-            "idlib.symmetry: the group action for kv_latent (latent K/V) is not implemented; "
-            "its count (idlib.counting.latent_fiber) is checked against the measured rank instead")
+            f"idlib.symmetry: the group action for the variant(s) {variants.named(missing)} is "
+            "not implemented here; their counts are checked against the measured rank instead")
 
 
 def _kv_index(config: AttentionConfig) -> list[int]:
@@ -124,22 +119,28 @@ def _kv_index(config: AttentionConfig) -> list[int]:
 
 HEAD_AXIS = ("W_Q", "W_O", "b_Q")        # one entry per query head (and layer of a stack)
 GROUP_AXIS = ("W_K", "W_V", "b_K")       # one entry per key/value group (and set of a stack)
+LINEAR = HEAD_AXIS + GROUP_AXIS + ("b_V",)   # what the GL blocks move (linear_action)
+
+
+def _merged(config: AttentionConfig) -> set[str]:
+    """Parameters indexed by both a stack axis and a head axis (their rows' ``axes``)."""
+    if config.n_layers == 1:
+        return set()
+    return {n for n, (stack, head) in variants.axes(config).items() if stack and head}
 
 
 def _flat(config: AttentionConfig, params: Params) -> Params:
     """Stacked parameters with (layer, head) and (set, group) merged into one axis."""
-    if config.n_layers == 1:
-        return dict(params)
-    return {n: (p.reshape(-1, *p.shape[2:]) if n in HEAD_AXIS + GROUP_AXIS else p)
-            for n, p in params.items()}
+    merged = _merged(config)
+    return {n: (p.reshape(-1, *p.shape[2:]) if n in merged else p) for n, p in params.items()}
 
 
 def _unflat(config: AttentionConfig, flat: Params) -> Params:
     """Inverse of ``_flat``; a tensor's extra leading (batch) dimensions are kept in front."""
-    out = {}
+    out, merged = {}, _merged(config)
     for n, shape in param_shapes(config).items():
-        merged = config.n_layers > 1 and n in HEAD_AXIS + GROUP_AXIS
-        lead = flat[n].shape[:flat[n].dim() - len(shape) + merged]
+        m = n in merged
+        lead = flat[n].shape[:flat[n].dim() - len(shape) + m]
         out[n] = flat[n].reshape(*lead, *shape)
     return out
 
@@ -190,23 +191,24 @@ def _rotation_chart(config: AttentionConfig, frequencies: torch.Tensor | None) -
     d_in = config.input_dim
     R = rotation_matrix(config, 1.0, frequencies)
     qk_basis = commutant_basis(R)
-    if config.qk_norm == "plain":                     # orthogonal part: E skew
+    norm = variants.BY_NAME["qk_norm"].mode(config).data     # {} without QK-norm
+    if norm.get("rotations"):                         # orthogonal part: E skew
         c = qk_basis.shape[0]
         sym = (qk_basis + qk_basis.transpose(-1, -2)).reshape(c, -1).T
         coef = null_space(sym)                        # combinations with E + E^T = 0
         qk_basis = torch.einsum("cn,cij->nij", coef, qk_basis)
-    elif config.qk_norm == "gain":
+    elif norm:                                        # gains: no rotation survives
         qk_basis = torch.zeros(0, k, k, dtype=DTYPE)
     k_fixed = null_space(R.T - torch.eye(k, dtype=DTYPE))
     a = d + 1 if config.has_bias("q") else d
-    gain_basis = gain_exchange_basis(R) if config.qk_norm == "gain" else None
+    gain_basis = gain_exchange_basis(R) if norm.get("shared_gains") else None
     sizes = {"qk": RG * qk_basis.shape[0], "vo": RG * v * v,
              "qk_null": LH * a * (k - d_in) if k > d_in else 0,
              "vo_null": LH * (v - d_in) * d if v > d_in else 0,
-             "b_K": RG * k_fixed.shape[1] if config.has_bias("k") and config.qk_norm == "none"
-             and config.softcap is None else 0,
+             "b_K": RG * k_fixed.shape[1] if config.has_bias("k")
+             and variants.forgives_row_constants(config) else 0,
              "b_V": G * v if config.has_bias("v") else 0,
-             "qk_scale": LH + RG if config.qk_norm != "none" else 0,
+             "qk_scale": LH + RG if norm else 0,
              "gain": config.n_kv_sets * gain_basis.shape[1] if gain_basis is not None else 0,
              "ones": (LH * k + RG * (k + v)) if config.input_centered else 0}
     return Chart(qk_basis, k_fixed, [], [], sizes, gain_basis)
@@ -364,7 +366,7 @@ def gl_tangent(config: AttentionConfig, params: Params, E: torch.Tensor, C: torc
     group, batch = _kv_index(config), E.shape[:-3]
     xi = linear_action(config, params, E[..., group, :, :], -E.transpose(-1, -2), C,
                        -C[..., group, :, :])
-    moved = HEAD_AXIS + GROUP_AXIS + ("b_V",)
+    moved = LINEAR
     return {n: xi[n] if n in moved else torch.zeros(*batch, *p.shape, dtype=p.dtype)
             for n, p in params.items()}
 
@@ -410,15 +412,14 @@ def permute_heads(config: AttentionConfig, params: Params, head_perm: list[int])
         if group_perm.setdefault(h // m, old // m) != old // m:
             raise ValueError(f"head_perm={head_perm} must map each key/value group onto one group")
     gp = [group_perm[g] for g in range(config.n_kv_heads)]
-    axis = 1 if config.n_layers > 1 else 0           # a stack: the same relabelling in every layer
-    out = {}
+    missing = variants.unsupported(config, "permute_heads")
+    if missing:
+        raise ValueError(f"permute_heads: relabelling heads is not a symmetry with the variant(s) "
+                         f"{variants.named(missing)} (they depend on the head index)")
+    out, axes = {}, variants.axes(config)
     for name, value in params.items():
-        if name in HEAD_AXIS:
-            out[name] = value[(slice(None),) * axis + (list(head_perm),)]
-        elif name in GROUP_AXIS:
-            out[name] = value[(slice(None),) * axis + (gp,)]
-        elif name in ("W_UK", "W_UV", "b_V"):
-            out[name] = value[gp]
-        else:                                            # b_O, W_DKV, gains: shared by all heads
-            out[name] = value
+        stack, head = axes[name]
+        axis = 1 if config.n_layers > 1 and stack else 0   # a stack: the same relabelling per layer
+        perm = {"head": list(head_perm), "group": gp}.get(head)
+        out[name] = value if perm is None else value[(slice(None),) * axis + (perm,)]
     return out

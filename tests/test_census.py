@@ -9,6 +9,8 @@ import pytest
 from idlib.studies import census
 from idlib.config import ConfigError
 from idlib.counting import count, unidentified_ratio_mha
+from idlib.config import RULES, AttentionConfig
+from idlib.report.tables import layer_text
 from idlib.config import LatentAttentionConfig
 from idlib.hf import config_from_file, config_from_hf
 
@@ -133,17 +135,31 @@ def test_twin_keeps_the_pattern(slug):
     assert t.d_model <= 16 and count(t).total <= census.TWIN_MAX_PARAMS
     assert t.group_size == min(c.group_size, 8)
     assert (t.n_kv_heads == t.n_heads) == (c.n_kv_heads == c.n_heads)
-    assert (t.rope_fraction, t.bias, t.causal, t.qk_norm, t.latent_norm) == \
-        (c.rope_fraction, c.bias, c.causal, c.qk_norm, c.latent_norm)
+    sizes = set(census.SIZE_FIELDS) | {"rope_base", "kv_latent"}    # what a twin may rescale
+    kept = [name for name in RULES if name not in sizes]
+    assert {n: getattr(t, n) for n in kept} == {n: getattr(c, n) for n in kept}
+
+
+def test_a_twin_keeps_every_variant_field():
+    """Every field that is not a size is carried: Gemma 2's soft-cap (left out before), sinks,
+    ALiBi and the gate too; a variant without the twin capability has no twin."""
+    gemma2 = MODELS["gemma-2-9b"].config
+    assert gemma2.softcap == 50.0 and census.twin(gemma2).softcap == 50.0
+    layer = AttentionConfig(d_model=64, n_heads=8, n_kv_heads=2, rope_fraction=1.0, bias="qkvo",
+                            sinks=True, causal=True)
+    t = census.twin(layer)
+    assert (t.sinks, t.bias, t.group_size, t.causal) == (True, "qkvo", 4, True)
+    gated = census.twin(AttentionConfig(d_model=64, n_heads=8, output_gate=True, alibi=True))
+    assert gated.output_gate and gated.alibi
 
 
 @pytest.mark.parametrize("slug, twin, identified, unidentified", [
-    ("gpt2", "d=8 H=4 G=4 k=2 bias=qkvo", 240, 48),          # 2 * 4 * 2^2 + 4 * 2 + 4 * 2
-    ("qwen2.5-7b", "d=14 H=7 G=1 k=2 r=2 bias=qkv", 460, 6),
-    ("gemma-3-4b", "d=10 H=4 G=2 k=2 r=2 qk_norm=gain", 229, 15)])
+    ("gpt2", "d=8 H=4 G=4 k=2 v=2 b_Q b_K b_V b_O causal", 240, 48),   # 2 * 4 * 2^2 + 4 * 2 + 4 * 2
+    ("qwen2.5-7b", "d=14 H=7 G=1 k=2 v=2 r=2 b_Q b_K b_V causal", 460, 6),
+    ("gemma-3-4b", "d=10 H=4 G=2 k=2 v=2 r=2 causal QK-norm gain", 229, 15)])
 def test_twins_agree_with_measured_rank(slug, twin, identified, unidentified):
     r = census.twin_check(MODELS[slug].config, seed=0)
-    assert census.describe_twin(r["twin"]) == twin
+    assert layer_text(r["twin"]) == twin
     assert r["certified"] and r["gap"] >= 1e6 and r["agrees"]
     assert (r["rank"], r["closed_form_identified"]) == (identified, identified)
     assert (r["measured_unidentified"], r["closed_form_unidentified"]) == (unidentified, unidentified)

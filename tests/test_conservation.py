@@ -1,4 +1,6 @@
 """idlib.conservation: projection onto the orbit tangent, conserved quantities, balancing (chapter 6)."""
+import re
+
 import pytest
 import torch
 
@@ -153,11 +155,19 @@ def test_linear_projection_is_exactly_orthogonal_and_moves_function_at_second_or
 
 def test_variants_are_refused_by_name():
     cfg = AttentionConfig(8, n_heads=2, qk_norm="plain")
-    with pytest.raises(ValueError, match=r"^qk_norm='plain' must be 'none': idlib.conservation treats "
+    with pytest.raises(ValueError, match=r"^variant\(s\) qk_norm \(qk_norm\): idlib.conservation treats "
                        r"one plain attention layer \(its moment maps and balancing are derived for it\)$"):
         C.conserved(cfg, init_params(cfg, 0))
-    with pytest.raises(ValueError, match="qk_norm='plain' must be 'none'"):
+    with pytest.raises(ValueError, match=r"variant\(s\) qk_norm \(qk_norm\)"):
         C.balance(cfg, init_params(cfg, 0))
+    for kw, rows in ((dict(n_layers=2), "stack (n_layers, kv_share)"),
+                     (dict(input_centered=True), "centred (input_centered)"),
+                     (dict(sinks=True, alibi=True), "alibi (alibi), sinks (sinks)")):
+        cfg = AttentionConfig(8, n_heads=2, **kw)
+        with pytest.raises(ValueError, match=r"^variant\(s\) " + re.escape(rows) + ":"):
+            C.check_supported(cfg)
+    C.check_supported(AttentionConfig(8, n_heads=2, bias="qkvo", rope_fraction=1.0, causal=True,
+                                      softcap=30.0))
 
 
 # --- exact values per component, biases, custom frequencies, k > d ----------------------------

@@ -344,12 +344,13 @@ def test_factored_rows_convert_both_factors():
 
 
 def test_applicable_names_each_rule():
-    assert applicable(AttentionConfig(d_model=8, n_heads=2, softcap=50.0)) == \
-        "softcap must be None (the structured route assumes uncapped scores)"
-    assert applicable(AttentionConfig(d_model=8, n_heads=2, n_layers=2)) == "n_layers=2 must be 1 (one layer)"
-    assert applicable(AttentionConfig(d_model=8, n_heads=2, qk_norm="gain")) == (
-        "parameters g_Q, g_K are shared across key/value groups (only per-group projections and "
-        "biases are supported)")
+    rule = ("variant(s) {}: no structured Jacobian blocks declared (the structured route takes a "
+            "layer only when every variant in it declares them)")
+    assert applicable(AttentionConfig(d_model=8, n_heads=2, softcap=50.0)) == rule.format("softcap (softcap)")
+    assert applicable(AttentionConfig(d_model=8, n_heads=2, n_layers=2)) == \
+        rule.format("stack (n_layers, kv_share)")
+    assert applicable(AttentionConfig(d_model=8, n_heads=2, qk_norm="gain")) == rule.format("qk_norm (qk_norm)")
+    assert applicable(AttentionConfig(d_model=8, n_heads=2, qk_norm="plain")) is None
     assert applicable(AttentionConfig(d_model=8, n_heads=2, bias="qkvo", rope_fraction=1.0)) is None
     assert coupled_directions(64, 40000) == 1 and coupled_directions(1, 10) == 0
 

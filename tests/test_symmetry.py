@@ -305,8 +305,8 @@ def test_latent_layers_are_refused():
         with pytest.raises(NotImplementedError) as err:
             call()
         assert str(err.value) == (
-            "idlib.symmetry: the group action for kv_latent (latent K/V) is not implemented; its "
-            "count (idlib.counting.latent_fiber) is checked against the measured rank instead")
+            "idlib.symmetry: the group action for the variant(s) latent (kv_latent, latent_norm) is "
+            "not implemented here; their counts are checked against the measured rank instead")
 
 
 # --- the tangent ----------------------------------------------------------------------------
@@ -458,11 +458,15 @@ def test_head_permutation_is_a_symmetry_and_bad_permutations_are_refused():
 
 
 def test_unsupported_group_actions_say_where_the_count_is_checked():
-    cases = [(dict(qk_norm="whole"), "idlib.symmetry: the group action for qk_norm='whole' is not "
-                                     "implemented here; idlib.implementations.whole_norm_action applies it"),
+    unsupported = ("idlib.symmetry: the group action for the variant(s) {} is not implemented "
+                   "here; their counts are checked against the measured rank instead")
+    cases = [(dict(qk_norm="whole"), unsupported.format("qk_norm (qk_norm)")),
              (dict(qk_norm="layernorm", rope_fraction=1.0, head_dim=4),
-              "idlib.symmetry: the group action for qk_norm='layernorm' is not implemented; its count "
-              "is checked against the measured rank of the real modules instead")]
+              unsupported.format("qk_norm (qk_norm)")),
+             (dict(sinks=True), unsupported.format("sinks (sinks)")),
+             (dict(output_gate=True), unsupported.format("gate (output_gate)")),
+             (dict(sinks=True, output_gate=True, kv_latent=3),
+              unsupported.format("latent (kv_latent, latent_norm), sinks (sinks), gate (output_gate)"))]
     for kw, message in cases:
         config = AttentionConfig(d_model=8, n_heads=2, **kw)
         with pytest.raises(NotImplementedError) as e:

@@ -188,7 +188,7 @@ def test_symmetry_group_and_tangent(fields):
 
 def test_symmetry_latent_not_implemented_and_permutation():
     c = AttentionConfig(d_model=4, n_heads=2, kv_latent=2)
-    with pytest.raises(NotImplementedError, match="kv_latent"):
+    with pytest.raises(NotImplementedError, match=r"latent \(kv_latent, latent_norm\)"):
         chart(c, init_params(c, 0))
     X = random_inputs(c, 2, 4, 0)
     for cfg in (c, AttentionConfig(d_model=4, n_heads=2, n_layers=2, kv_share=2, qk_norm="gain")):

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from ..certify import CERTIFY_GAP, CERTIFY_GAP_TEXT, GAP_SHOWN, Check, check, format_gap  # noqa: F401 (re-exported)
+from .. import variants
 from ..config import AttentionConfig, LatentAttentionConfig
 from ..rank import measure
 
@@ -68,9 +69,10 @@ def format_share(unidentified: int, total: int) -> str:
 def layer_text(config: AttentionConfig | LatentAttentionConfig) -> str:
     """The measured layer in the book's notation, e.g. 'd=6 H=2 G=1 k=4 v=4 r=2 b_Q b_K QK-norm gain'.
 
-    Always d, H, G, k, v; then what is not the plain default: r (rotated dims per head), the
-    biases, the causal mask, QK-norm, the latent width C (and its norm), centred inputs, and a
-    stack of L layers sharing K/V over S.  A latent layer (DeepSeek): d, H, the latents C_Q and C,
+    Always d, H, G, k, v; then each variant the layer uses, in the order of the rows of
+    :mod:`idlib.variants` (each row writes its own part): r (rotated dims per head), the biases,
+    the causal mask, QK-norm, the latent width C (and its norm), centred inputs, a stack of L
+    layers sharing K/V over S, the soft-cap, ALiBi, sinks, gating.  A latent layer (DeepSeek): d, H, the latents C_Q and C,
     n, p, v, the biases, e.g. 'd=12 H=2 C_Q=6 C=5 n=3 p=4 v=3 biases'.
     """
     c = config
@@ -79,22 +81,7 @@ def layer_text(config: AttentionConfig | LatentAttentionConfig) -> str:
                         + ([f"C_Q={c.q_latent}"] if c.q_latent is not None else [])
                         + [f"C={c.kv_latent}", f"n={c.nope_dim}", f"p={c.rope_dim}",
                            f"v={c.value_dim}"] + (["biases"] if c.bias else []))
-    parts = [f"d={c.d_model}", f"H={c.n_heads}", f"G={c.n_kv_heads}", f"k={c.head_dim}",
-             f"v={c.value_dim}"]
-    if c.rotary_dim:
-        parts.append(f"r={c.rotary_dim}")
-    parts += [f"b_{letter.upper()}" for letter in c.bias]
-    if c.causal:
-        parts.append("causal")
-    if c.qk_norm != "none":
-        parts.append(f"QK-norm {c.qk_norm}")
-    if c.kv_latent is not None:
-        parts.append(f"C={c.kv_latent}" + (" normed" if c.latent_norm else ""))
-    if c.input_centered:
-        parts.append("centred")
-    if c.n_layers > 1:
-        parts.append(f"L={c.n_layers} S={c.kv_share}")
-    return " ".join(parts)
+    return variants.text(c)
 
 
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]],

@@ -30,7 +30,8 @@ from typing import Any
 
 from ..attention import n_params, rope_frequencies
 from ..certify import check
-from ..config import AttentionConfig, ConfigError, LatentAttentionConfig
+from .. import variants
+from ..config import RULES, AttentionConfig, ConfigError, LatentAttentionConfig
 from ..counting import check_derived, count
 from ..hf import config_from_hf
 from ..rank import measure
@@ -38,8 +39,8 @@ from ..report.tables import format_share
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "data" / "configs"
 
-# The variant fields a twin keeps.
-VARIANT_FIELDS = ("qk_norm", "kv_latent", "latent_norm")
+# What a twin changes: the sizes (the fields of the heads row); every other field is kept.
+SIZE_FIELDS = tuple(variants.heads.ROW.fields)
 
 
 @dataclass(frozen=True)
@@ -245,15 +246,20 @@ def twin(config: AttentionConfig, widths: range = TWIN_WIDTHS,
     """A small layer with the same head/group pattern, rotary share, biases and norms.
 
     Keeps: group size m = H/G (capped at 8; G = H stays G = H), the query width relative to the
-    model width H k / d (as closely as small integers allow), v / k, the rotary share r / k,
-    the RoPE base, the biases, the causal mask and the variant fields (QK-norm, latent norm, the
-    latent width relative to d).  Among the candidates with the closest H k / d it prefers more
+    model width H k / d (as closely as small integers allow), v / k, and every field that is not
+    a size (``SIZE_FIELDS``): the rotary share r / k, the RoPE base, the biases, the causal mask
+    and every variant (QK-norm, soft-cap, sinks, ...; the latent width relative to d).  A layer
+    using a variant whose row does not declare "twin" has none (ConfigError).  Among the candidates with the closest H k / d it prefers more
     heads, then fewer parameters.
     """
     target = config.n_heads * config.head_dim / config.d_model
     v_over_k = config.value_dim / config.head_dim
     frac = config.rope_fraction
-    extra = {name: getattr(config, name) for name in VARIANT_FIELDS}
+    missing = variants.unsupported(config, "twin")
+    if missing:
+        raise ConfigError(f"no twin of a layer with the variant(s) {variants.named(missing)} "
+                          "(their rows declare no twin)")
+    extra = {name: getattr(config, name) for name in RULES if name not in SIZE_FIELDS}
     latent = extra.get("kv_latent")
     best = None
     for d in widths:
@@ -268,10 +274,8 @@ def twin(config: AttentionConfig, widths: range = TWIN_WIDTHS,
                     continue
                 # one rotating plane has theta_0 = base^0 = 1 whatever the base: use the default
                 base = config.rope_base if round(r) > 2 else 10000.0
-                kw = dict(d_model=d, n_heads=H, n_kv_heads=G, head_dim=k, value_dim=int(round(v)),
-                          rope_fraction=frac, rope_base=base, bias=config.bias,
-                          causal=config.causal)
-                kw.update(extra)
+                kw = dict(extra, d_model=d, n_heads=H, n_kv_heads=G, head_dim=k,
+                          value_dim=int(round(v)), rope_base=base)
                 if latent is not None:
                     kw["kv_latent"] = _twin_latent(latent, config, k, d)
                 try:
@@ -317,22 +321,6 @@ def _check_twin(t: AttentionConfig, seed: int) -> dict[str, Any]:
             "closed_form_unidentified": c.unidentified, "rank": c.rank,
             "measured_unidentified": c.measured_unidentified, "gap": c.gap,
             "certified": c.certified, "agrees": c.agrees}
-
-
-def describe_twin(t: AttentionConfig) -> str:
-    """A short description of a twin's shape: d, H/G, k, v, r, biases, variants."""
-    parts = [f"d={t.d_model}", f"H={t.n_heads}", f"G={t.n_kv_heads}", f"k={t.head_dim}"]
-    if t.value_dim != t.head_dim:
-        parts.append(f"v={t.value_dim}")
-    if t.rotary_dim:
-        parts.append(f"r={t.rotary_dim}")
-    if t.bias:
-        parts.append(f"bias={t.bias}")
-    for name in VARIANT_FIELDS:
-        val = getattr(t, name, None)
-        if val not in (None, False, "none"):
-            parts.append(f"{name}={val}")
-    return " ".join(parts)
 
 
 # -- the frequency condition of the census theorem --------------------------------------------

@@ -23,8 +23,8 @@ ROWS: tuple[Variant, ...] = (heads.ROW, rope.ROW, bias.ROW, causal.ROW, qk_norm.
 BY_NAME = {row.name: row for row in ROWS}
 
 __all__ = ["ROWS", "BY_NAME", "CAPABILITIES", "PHASES", "STAGES", "Flow", "Hook", "Mode", "Tally",
-           "Variant", "NORM_EPS", "center", "rms_norm", "active", "supports", "unsupported",
-           "refusal", "hooks", "count_hooks", "shapes", "axes", "text", "rules", "row_of"]
+           "Variant", "NORM_EPS", "center", "rms_norm", "active", "supports", "unsupported", "named",
+           "refusal", "forgives_row_constants", "hooks", "count_hooks", "shapes", "axes", "text", "rules", "row_of"]
 
 
 def active(config: Any) -> tuple[Variant, ...]:
@@ -35,6 +35,11 @@ def active(config: Any) -> tuple[Variant, ...]:
 def unsupported(config: Any, capability: str) -> tuple[str, ...]:
     """Names of the rows the layer uses that do not declare ``capability``."""
     return tuple(row.name for row in active(config) if not row.supports(capability, config))
+
+
+def named(rows: tuple[str, ...]) -> str:
+    """Row names with their fields, for a message: 'latent (kv_latent, latent_norm)'."""
+    return ", ".join(f"{name} ({', '.join(BY_NAME[name].fields)})" for name in rows)
 
 
 def supports(config: Any, capability: str) -> bool:
@@ -50,6 +55,12 @@ def refusal(config: Any) -> str | None:
             if reason is not None:
                 return reason
     return None
+
+
+def forgives_row_constants(config: Any) -> bool:
+    """Whether the layer's weights still ignore a constant added to a row of scores (a key-bias
+    move in the dims every rotation fixes): no row the layer uses declares otherwise."""
+    return all(row.forgives_row_constants for row in active(config))
 
 
 def hooks(config: Any, stage: str) -> list[Hook]:

@@ -56,7 +56,8 @@ STAGES = (
 PHASES = ("widths", "fibers", "components")
 # What the rest of idlib asks of a row (each "no" unless the row declares it):
 CAPABILITIES = (
-    "structured",   # idlib.fastrank's closed-form Jacobian blocks hold for the layer
+    "structured",   # idlib.fastrank's route holds for the layer (per-group blocks, W_O eliminated)
+    "closed_blocks",  # ... and its group blocks are written in closed form (else forward mode)
     "symmetry",     # idlib.symmetry's group action and orbit tangent cover the mechanism
     "permute_heads",  # relabelling query heads (with their groups) is a symmetry
     "twin",         # the census may build a small twin keeping the mechanism
@@ -153,6 +154,7 @@ class Variant:
     refuse: Callable[[Config], str | None] | None = None
     capabilities: frozenset[str] = frozenset()
     mode: Callable[[Config], Mode] | None = None
+    forgives_row_constants: bool = True   # softmax still forgives a constant added to a score row
     text: Callable[[Config], str] = lambda config: ""
     chapter: str = ""
 

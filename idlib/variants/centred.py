@@ -42,5 +42,5 @@ ROW = Variant(
     forward={"inputs": inputs},
     count={"fibers": fibers},
     relations=relations, refuse=refuse,
-    capabilities=frozenset({"structured", "symmetry", "permute_heads", "twin", "sdpa"}),
+    capabilities=frozenset({"structured", "closed_blocks", "symmetry", "permute_heads", "twin", "sdpa"}),
     text=lambda config: "centred", chapter="chapter 7")

@@ -28,12 +28,14 @@ ALL = frozenset({"permute_heads", "twin", "sdpa"})
 MODES = {
     "none": Mode("none"),
     "plain": Mode("plain", ALL | {"structured", "symmetry"},
-                  dict(rotations=True, whole=False, centred=False)),
-    "gain": Mode("gain", ALL | {"symmetry"}, dict(rotations=False, whole=False, centred=False)),
-    "whole": Mode("whole", ALL, dict(rotations=False, whole=True, centred=False)),
-    "layernorm": Mode("layernorm", ALL, dict(rotations=False, whole=False, centred=True)),
+                  dict(rotations=True, whole=False, centred=False, shared_gains=False)),
+    "gain": Mode("gain", ALL | {"symmetry"},
+                 dict(rotations=False, whole=False, centred=False, shared_gains=True)),
+    "whole": Mode("whole", ALL, dict(rotations=False, whole=True, centred=False, shared_gains=False)),
+    "layernorm": Mode("layernorm", ALL,
+                      dict(rotations=False, whole=False, centred=True, shared_gains=False)),
     "layernorm_shared": Mode("layernorm_shared", ALL,
-                             dict(rotations=False, whole=False, centred=True)),
+                             dict(rotations=False, whole=False, centred=True, shared_gains=False)),
 }
 QK_NORMS = tuple(MODES)
 
@@ -143,5 +145,5 @@ ROW = Variant(
     active=lambda config: config.qk_norm != "none",
     forward={"normalise": normalise},
     count={"fibers": fibers, "components": components},
-    shapes=shapes, axes=axes, refuse=refuse, mode=mode,
+    shapes=shapes, axes=axes, refuse=refuse, mode=mode, forgives_row_constants=False,
     text=lambda config: f"QK-norm {config.qk_norm}", chapter="chapters 7, 9")

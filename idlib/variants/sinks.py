@@ -64,6 +64,6 @@ ROW = Variant(
     active=lambda config: config.sinks,
     forward={"extend": extend, "trim": trim},
     count={"fibers": fibers, "components": components},
-    shapes=shapes, axes=axes, refuse=refuse,
+    shapes=shapes, axes=axes, refuse=refuse, forgives_row_constants=False,
     capabilities=frozenset({"permute_heads", "twin"}),
     text=lambda config: "sinks", chapter="chapter 10")

@@ -35,6 +35,6 @@ ROW = Variant(
     active=lambda config: config.softcap is not None,
     forward={"transform": cap},
     count={"fibers": fibers},
-    refuse=refuse,
+    refuse=refuse, forgives_row_constants=False,
     capabilities=frozenset({"symmetry", "permute_heads", "twin", "conservation"}),
     text=lambda config: f"cap={config.softcap:g}", chapter="chapter 9")
