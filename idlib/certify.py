@@ -10,25 +10,16 @@ how far the smallest singular value kept stands above both the next one and roun
 ``certified`` when gamma >= ``CERTIFY_GAP`` = 1e4.  A route that only bounds the singular values
 (:mod:`idlib.fastrank`) certifies with a lower bound on gamma, the same rule.
 
-``Check`` pairs a configuration's closed form (:func:`idlib.counting.count`) with a measurement
-and decides, once, whether they ``agree``: certified, the same number of parameters, and the
-measured rank equal to the closed-form identified count I = P - U.  Every table, the command
-line, the sweep and the census read that one field.
-
 This module sits below :mod:`idlib.rank` and :mod:`idlib.fastrank` (both import it; it imports
-neither): the retry loop that measures until certified, which needs ``measure``, lives in
-:mod:`idlib.rank`.
+neither).  The verdict that pairs a measurement with the closed form, ``Check``, lives above
+both in :mod:`idlib.verdict`.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 import torch
 
-from .config import AttentionConfig
-from .counting import count
 
 CERTIFY_GAP = 1e4
 CERTIFY_GAP_TEXT = f"1e{round(math.log10(CERTIFY_GAP))}"   # "1e4", as the book prints it
@@ -77,83 +68,3 @@ def format_gap(gap: float) -> str:
         return "> 1e8"
     e = math.floor(math.log10(gap)) if gap > 0 else -99
     return f"1e{e}-1e{e + 1}"
-
-
-class Measurement(Protocol):
-    """What a check needs of a measurement (``idlib.rank.RankMeasurement`` has it)."""
-
-    rank: int
-    n_params: int
-    gap: float
-    certified: bool
-
-
-@dataclass(frozen=True)
-class Check:
-    """One configuration: the closed form (P, I, U) against one measured rank, and the verdict.
-
-    ``agrees`` = certified and the measured P equals the closed-form P and rank J = I; it is
-    computed here, once.  ``attempts`` lists every measurement tried (seed, qk_scale, rank, gap,
-    certified), the last one being ``measurement``; ``label`` names the row in a table.
-    """
-
-    config: AttentionConfig
-    total: int                 # P, closed form
-    identified: int            # I = P - U, closed form (= rank J when the closed form is right)
-    measurement: Any           # a Measurement: rank, n_params, gap, certified
-    attempts: tuple = ()
-    label: str = ""
-    agrees: bool = field(init=False)
-
-    def __post_init__(self) -> None:
-        m = self.measurement
-        object.__setattr__(self, "agrees", bool(m.certified and m.n_params == self.total
-                                                and m.rank == self.identified))
-
-    @property
-    def unidentified(self) -> int:
-        """U = P - I, closed form."""
-        return self.total - self.identified
-
-    @property
-    def rank(self) -> int:
-        """Measured rank of J."""
-        return self.measurement.rank
-
-    @property
-    def n_params(self) -> int:
-        """Measured number of columns of J."""
-        return self.measurement.n_params
-
-    @property
-    def measured_unidentified(self) -> int:
-        """Measured n_params - rank J."""
-        return self.measurement.n_params - self.measurement.rank
-
-    @property
-    def gap(self) -> float:
-        return self.measurement.gap
-
-    @property
-    def certified(self) -> bool:
-        return bool(self.measurement.certified)
-
-    @property
-    def seed(self) -> int | None:
-        """Seed of the reported measurement (None when no attempts were recorded)."""
-        return self.attempts[-1]["seed"] if self.attempts else None
-
-    def as_dict(self) -> dict[str, Any]:
-        """The check as a plain dict (the sweep's rows)."""
-        return {"config": self.config, "total": self.total, "identified": self.identified,
-                "unidentified": self.unidentified, "rank": self.rank, "n_params": self.n_params,
-                "measured_unidentified": self.measured_unidentified, "gap": self.gap,
-                "certified": self.certified, "seed": self.seed, "attempts": list(self.attempts),
-                "agrees": self.agrees}
-
-
-def check(config: AttentionConfig, measurement: Measurement, attempts: Any = (),
-          frequencies: torch.Tensor | None = None, label: str = "") -> Check:
-    """Pair ``measurement`` with ``count(config, frequencies)``."""
-    c = count(config, frequencies)
-    return Check(config, c.total, c.identified, measurement, tuple(attempts), label)

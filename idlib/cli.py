@@ -1,7 +1,7 @@
 """``python -m idlib``: closed-form counts (``count``) and their check by Jacobian rank (``verify``).
 
 A thin layer: parse the arguments, build an :class:`~idlib.config.AttentionConfig`, call
-:func:`idlib.counting.count` (and :func:`idlib.rank.measure_until_certified`), print.  Exit
+:func:`idlib.counting.count` (and :func:`idlib.verdict.measure_and_check`), print.  Exit
 codes: 0 success, 1 ``verify`` disagrees with the closed form or its rank is not certified,
 2 bad input.  Every failure is one line ``idlib: error: ...`` on stderr, never a traceback.
 
@@ -20,14 +20,15 @@ from typing import Any, NoReturn, Sequence
 
 from .attention import n_params
 from . import implementations
-from .certify import CERTIFY_GAP, check, format_gap
+from .certify import CERTIFY_GAP, format_gap
 from .config import (MAX_SEED, QK_NORMS, AttentionConfig, ConfigError, LatentAttentionConfig, check_fields,
                      read_json, show)
 from .counting import count
 from .fastrank import applicable
 from .hf import attention_fields_from_hf, is_hf, is_latent, latent_fields_from_hf
 from .rank import (AUTO_DENSE_MAX_PARAMS, DENSE_FALLBACK_MAX_PARAMS, default_n_sequences,
-                   default_seq_len, measure_until_certified)
+                   default_seq_len)
+from .verdict import measure_and_check
 from .studies.census import census_rows, format_census
 
 PROG = "idlib"
@@ -308,7 +309,8 @@ def count_report(config: AttentionConfig) -> dict[str, Any]:
 def verify_report(config: AttentionConfig, seed: int, attempts: int = 1,
                   spread_from: int | None = None) -> dict[str, Any]:
     out = count_report(config)
-    m, tries = measure_until_certified(config, seed, attempts, spread_from)
+    verdict = measure_and_check(config, seed, attempts, spread_from)
+    m, tries = verdict.measurement, verdict.attempts
     gap = _finite_or_none(m.gap)
     out["seed"] = seed
     out["numerical"] = {"identified": m.rank, "unidentified": m.unidentified, "rank": m.rank,
@@ -316,7 +318,7 @@ def verify_report(config: AttentionConfig, seed: int, attempts: int = 1,
                         "log10_gap": None if gap is None else (math.log10(gap) if gap > 0 else None),
                         "certified": bool(m.certified), "seed": tries[-1]["seed"],
                         "attempts": [dict(t, gap=_finite_or_none(t["gap"])) for t in tries]}
-    out["agrees"] = check(config, m, tries).agrees
+    out["agrees"] = verdict.agrees
     return out
 
 

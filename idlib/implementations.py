@@ -24,7 +24,8 @@ from typing import Any, Callable
 
 import torch
 
-from .certify import Check, check as certify_check, is_certified, rank_from_singular_values
+from .certify import is_certified, rank_from_singular_values
+from .verdict import Check, check as certify_check
 from .attention import latent_param_shapes, n_params, param_shapes
 from .config import AttentionConfig, ConfigError, LatentAttentionConfig
 from .hf import config_from_hf, family_of
@@ -386,7 +387,7 @@ def parameters(built: Built) -> dict[str, torch.Tensor]:
 
 @dataclass(frozen=True)
 class ModuleMeasurement:
-    """Rank of the real module's Jacobian (the fields certify.Check reads)."""
+    """Rank of the real module's Jacobian (the fields verdict.Check reads)."""
 
     rank: int
     n_params: int

@@ -9,7 +9,8 @@ import torch
 
 import idlib.rank
 from idlib import AttentionConfig, count
-from idlib.certify import (CERTIFY_GAP, CERTIFY_GAP_TEXT, Check, check, format_gap, is_certified,
+from idlib.verdict import Check, check
+from idlib.certify import (CERTIFY_GAP, CERTIFY_GAP_TEXT, format_gap, is_certified,
                            rank_from_singular_values, roundoff_tolerance)
 from idlib.rank import SPREAD_QK_SCALE, measure_until_certified
 

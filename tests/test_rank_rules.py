@@ -6,7 +6,8 @@ import torch
 
 import idlib.fastrank as fastrank
 import idlib.rank as rank
-from idlib.certify import check, rank_from_singular_values
+from idlib.certify import rank_from_singular_values
+from idlib.verdict import check
 from idlib.config import MAX_SEED, MAX_SIZE, AttentionConfig, ConfigError
 from idlib.counting import count
 from idlib.rank import default_n_sequences, measure, measure_until_certified, softmax_budget

@@ -112,7 +112,7 @@ def test_short_causal_bounds():
 def test_measure_seeds_pairs_every_seed_with_the_closed_form():
     c = AttentionConfig(4, 2, n_kv_heads=1, rope_fraction=1.0)
     run = rs.measure_seeds(c, [0, 1])
-    assert len(run.checks) == 2 and [x.seed for x in run.checks] == [None, None]
+    assert len(run.checks) == 2 and [x.seed for x in run.checks] == [0, 1]
     assert run.total == count(c).total == 2 * 4 * 4 + 4 * 4
     assert run.unidentified == count(c).unidentified == 2 + 4   # dim C(R(1)) = 2, v^2 = 4
     assert run.measured == (6,) and run.certified and run.agrees

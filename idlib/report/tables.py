@@ -1,7 +1,7 @@
 """Tables for the chapters: closed-form counts against measured Jacobian ranks, as Markdown.
 
 ``compare`` measures one configuration and pairs the measured rank with the closed form (an
-``idlib.certify.Check``);
+``idlib.verdict.Check``);
 ``comparison_table`` formats a list of comparisons as a Markdown table (shown in a notebook
 with ``display(Markdown(...))``); ``summary`` says in one line how many agree.
 
@@ -18,10 +18,10 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from ..certify import CERTIFY_GAP, CERTIFY_GAP_TEXT, GAP_SHOWN, Check, check, format_gap  # noqa: F401 (re-exported)
+from ..certify import CERTIFY_GAP, CERTIFY_GAP_TEXT, GAP_SHOWN, format_gap  # noqa: F401 (re-exported)
 from .. import variants
 from ..config import AttentionConfig, LatentAttentionConfig
-from ..rank import measure
+from ..verdict import Check, check, measure_and_check  # noqa: F401 (re-exported)
 
 ROUNDOFF_SHOWN = 1e-12
 
@@ -37,9 +37,8 @@ def format_roundoff(x: float, digits: int = 1) -> str:
 
 def compare(config: AttentionConfig, seed: int = 0, frequencies: torch.Tensor | None = None,
             **measure_kw: Any) -> Check:
-    """Measure ``config`` (``idlib.rank.measure``) and pair it with ``count(config)``."""
-    c = check(config, measure(config, seed=seed, frequencies=frequencies, **measure_kw),
-              frequencies=frequencies)
+    """Measure ``config`` and pair it with ``count(config)`` (``idlib.verdict.measure_and_check``)."""
+    c = measure_and_check(config, seed, frequencies=frequencies, **measure_kw)
     if c.n_params != c.total:
         raise AssertionError(f"parameter totals differ: measured {c.n_params}, counted {c.total}")
     return c

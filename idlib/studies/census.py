@@ -29,12 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from ..attention import n_params, rope_frequencies
-from ..certify import check
+from ..verdict import measure_and_check
 from .. import variants
 from ..config import RULES, AttentionConfig, ConfigError, LatentAttentionConfig
 from ..counting import check_derived, count
 from ..hf import config_from_hf
-from ..rank import measure
 from ..report.tables import format_share
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "data" / "configs"
@@ -316,7 +315,7 @@ def twin_checks(models: list[CensusModel], seeds: tuple[int, ...] = (0,)) -> lis
 
 
 def _check_twin(t: AttentionConfig, seed: int) -> dict[str, Any]:
-    c = check(t, measure(t, seed=seed))
+    c = measure_and_check(t, seed)
     return {"seed": seed, "n_params": c.total, "closed_form_identified": c.identified,
             "closed_form_unidentified": c.unidentified, "rank": c.rank,
             "measured_unidentified": c.measured_unidentified, "gap": c.gap,

@@ -24,7 +24,7 @@ from typing import Any, Iterable
 import torch
 
 from ..attention import DTYPE, Params, forward
-from ..certify import Check, check
+from ..verdict import Check, measure_and_check
 from ..config import AttentionConfig
 from ..counting import rotation_classes
 from ..rank import measure, softmax_budget  # noqa: F401 (softmax_budget re-exported for chapter 4)
@@ -147,15 +147,15 @@ class SeedRun:
 
     @property
     def agrees(self) -> bool:
-        """Every seed certified with rank J = I (``certify.Check.agrees``)."""
+        """Every seed certified with rank J = I (``verdict.Check.agrees``)."""
         return all(c.agrees for c in self.checks)
 
 
 def measure_seeds(config: AttentionConfig, seeds: Iterable[int],
                   frequencies: torch.Tensor | None = None, **measure_kw: Any) -> SeedRun:
     """``idlib.rank.measure`` at each seed, each paired with ``count(config, frequencies)``."""
-    checks = tuple(check(config, measure(config, seed=s, frequencies=frequencies, **measure_kw),
-                         frequencies=frequencies) for s in seeds)
+    checks = tuple(measure_and_check(config, s, frequencies=frequencies, **measure_kw)
+                   for s in seeds)
     if not checks:
         raise ValueError("measure_seeds: seeds must not be empty")
     return SeedRun(checks)

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 import torch
 
 from ..attention import n_params
-from ..certify import check
+from ..verdict import measure_and_check
 from ..config import AttentionConfig, ConfigError
 from ..rank import measure_until_certified, spread_params  # noqa: F401 (re-exported)
 
@@ -130,15 +130,14 @@ def run_sweep(configs: Iterable[AttentionConfig], seed: int = 0, max_attempts: i
     Each config is measured at seeds seed, seed + 1, ... until its rank is certified, at most
     ``max_attempts`` times, with spread query/key weights from attempt ``spread_from`` on (see
     ``idlib.rank.measure_until_certified``; ``attempts`` holds every try); each row is an
-    ``idlib.certify.Check`` as a dict, whose ``agrees`` means certified and equal.
+    ``idlib.verdict.Check`` as a dict, whose ``agrees`` means certified and equal.
     ``threads``: torch threads while measuring.  The sweep's Jacobians are small (a few hundred
     columns), where one thread is several times faster than two, and much faster when other
     processes share the cores (measured: 25 s against 140 s for the appendix's default sweep
     on a loaded 2-core machine); ranks do not depend on it.
     """
     with torch_threads(threads):
-        return [check(cfg, *measure_until_certified(cfg, seed, max_attempts, spread_from)).as_dict()
-                for cfg in configs]
+        return [measure_and_check(cfg, seed, max_attempts, spread_from).as_dict() for cfg in configs]
 
 
 def tally(rows: list[dict[str, Any]]) -> dict[str, Any]:

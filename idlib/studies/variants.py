@@ -2,14 +2,13 @@
 
 Chapter 7 holds its configurations (for each variant a plain reference first, then layers chosen
 to cross every regime of the count) as (label, AttentionConfig fields) pairs;
-``labelled_checks`` measures each and pairs it with its closed form (``idlib.certify.Check``,
+``labelled_checks`` measures each and pairs it with its closed form (``idlib.verdict.Check``,
 labelled for the chapter's tables, which ``idlib.report.tables.markdown_table`` prints).
 """
 from __future__ import annotations
 
-from ..certify import Check, check
+from ..verdict import Check, measure_and_check
 from ..config import AttentionConfig
-from ..rank import measure
 
 
 def labelled_checks(entries: list[tuple[str, dict]], seed: int = 0) -> list[Check]:
@@ -17,5 +16,5 @@ def labelled_checks(entries: list[tuple[str, dict]], seed: int = 0) -> list[Chec
     out = []
     for label, fields in entries:
         config = AttentionConfig(**fields)
-        out.append(check(config, measure(config, seed=seed), label=label))
+        out.append(measure_and_check(config, seed, label=label))
     return out
