@@ -89,7 +89,7 @@ def random_inputs(config: AttentionConfig, n_sequences: int, seq_len: int, seed:
     """
     gen = torch.Generator().manual_seed(10_000 + seed)
     X = torch.randn(n_sequences, seq_len, config.d_model, generator=gen, dtype=DTYPE)
-    return center(X) if config.input_centered else X
+    return center(X) if getattr(config, "input_centered", False) else X
 
 
 def flatten(params: Params) -> torch.Tensor:

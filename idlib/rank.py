@@ -76,21 +76,26 @@ class RankMeasurement:
         return f"rank {self.rank} of {self.n_params} (gap {format_gap(self.gap)}, {status})"
 
 
-def jacobian(config: AttentionConfig, params: Params, X: torch.Tensor,
-             frequencies: torch.Tensor | None = None, chunk: int = 64) -> torch.Tensor:
-    """d vec(forward(X)) / d theta, shape (B * n * d_model, n_params).
+def sequence_jacobian(f: Any, theta: torch.Tensor, X: torch.Tensor, chunk: int = 64) -> torch.Tensor:
+    """d vec(f(theta, x) for x in X) / d theta, shape (B * outputs per sequence, theta.numel()).
 
-    Each sequence's outputs depend on that sequence alone, so the Jacobian is taken one sequence
-    at a time (reverse mode, n * d_model rows each) and vmapped over ``chunk`` sequences.
+    ``f(theta, x)`` is one sequence's flattened output.  Each sequence's outputs depend on that
+    sequence alone, so the Jacobian is taken one sequence at a time (reverse mode) and vmapped
+    over ``chunk`` sequences.  idlib's layer (:func:`jacobian`) and the real modules
+    (``idlib.implementations.jacobian``) are both measured by it.
     """
-    theta = flatten(params).detach()
-
-    def f(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return forward(config, unflatten(config, t), x[None], frequencies).reshape(-1)
-
     per_sequence = torch.func.vmap(torch.func.jacrev(f), in_dims=(None, 0))
     blocks = [per_sequence(theta, X[i:i + chunk]) for i in range(0, X.shape[0], chunk)]
     return torch.cat(blocks).reshape(-1, theta.numel())
+
+
+def jacobian(config: AttentionConfig, params: Params, X: torch.Tensor,
+             frequencies: torch.Tensor | None = None, chunk: int = 64) -> torch.Tensor:
+    """d vec(forward(X)) / d theta, shape (B * n * d_model, n_params) (``sequence_jacobian``)."""
+    def f(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return forward(config, unflatten(config, t), x[None], frequencies).reshape(-1)
+
+    return sequence_jacobian(f, flatten(params).detach(), X, chunk)
 
 
 def softmax_budget(seq_len: int, causal: bool) -> int:

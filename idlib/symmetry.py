@@ -423,3 +423,48 @@ def permute_heads(config: AttentionConfig, params: Params, head_perm: list[int])
         perm = {"head": list(head_perm), "group": gp}.get(head)
         out[name] = value if perm is None else value[(slice(None),) * axis + (perm,)]
     return out
+
+
+def whole_norm_action(config: AttentionConfig, params: dict[str, torch.Tensor], seed: int = 0,
+                      scale: float = 0.5) -> dict[str, torch.Tensor]:
+    """A random element of the symmetry group of a layer with qk_norm="whole" (chapter 9):
+    all queries scaled by e^a and all keys by e^b (the norm forgets both), per key/value group
+    g_Q of its heads times e^s and g_K times e^-s with s constant on each rotation plane, and
+    GL(v) per group on V/O (W_V B, b_V B, B^{-1} W_O)."""
+    gen = torch.Generator().manual_seed(seed)
+    rnd = lambda *shape: scale * torch.randn(*shape, generator=gen, dtype=DTYPE)  # noqa: E731
+    H, G, k, v, m, r = (config.n_heads, config.n_kv_heads, config.head_dim, config.value_dim,
+                        config.group_size, config.rotary_dim)
+    p = dict(params)
+    a, b = rnd(2).exp()
+    p["W_Q"], p["W_K"] = p["W_Q"] * a, p["W_K"] * b
+    if "b_Q" in p:
+        p["b_Q"] = p["b_Q"] * a
+    if "b_K" in p:
+        p["b_K"] = p["b_K"] * b
+    half = rnd(G, r // 2)                              # one exponent per plane (i, i + r/2)
+    s = torch.cat([half, half, rnd(G, k - r)], dim=1)  # and one per pass-through dim
+    p["g_Q"] = p["g_Q"] * s.repeat_interleave(m, dim=0).exp()
+    p["g_K"] = p["g_K"] * (-s).exp()
+    B = torch.eye(v, dtype=DTYPE) + rnd(G, v, v) / v ** 0.5
+    Bh = B.repeat_interleave(m, dim=0)
+    p["W_V"] = p["W_V"] @ B
+    p["W_O"] = torch.linalg.solve(Bh, p["W_O"])
+    if "b_V" in p:
+        p["b_V"] = torch.einsum("gv,gvw->gw", p["b_V"], B)
+    return p
+
+
+def random_element(config: AttentionConfig, params: Params, seed: int = 0,
+                   scale: float = 0.5) -> Params:
+    """``params`` moved by a random element of the layer's symmetry group: the chart's action
+    (:func:`random_group_element`) where every row declares "symmetry", the action of QK-norm over
+    all heads (:func:`whole_norm_action`, chapter 9) for such a layer; NotImplementedError naming
+    the variants otherwise."""
+    if variants.supports(config, "symmetry"):
+        return random_group_element(config, params, seed, scale)
+    whole = variants.BY_NAME["qk_norm"].mode(config).data.get("whole")
+    if whole and variants.supports(config.replace(qk_norm="none"), "symmetry"):
+        return whole_norm_action(config, params, seed, scale)
+    _check_supported(config)
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -71,7 +71,7 @@ def test_float32_families_are_refused():
 
 
 def test_census_config_through_its_real_module():
-    path = Path(impl.__file__).parent / "data" / "configs" / "llama-3-8b.json"
+    path = Path(impl.__file__).parent.parent / "data" / "configs" / "llama-3-8b.json"
     c = impl.check_family_of(json.loads(path.read_text()))
     assert (c.config.n_heads, c.config.n_kv_heads, c.config.rotary_dim) == (8, 2, 2)
     assert c.rank == c.identified == 308 and c.agrees

@@ -118,7 +118,7 @@ def test_latent_norm_eps_lifts_the_two_scale_directions():
 
 
 def test_command_line(capsys, tmp_path):
-    path = Path(impl.__file__).parent / "data" / "configs" / "deepseek-v2-lite.json"
+    path = Path(impl.__file__).parent.parent / "data" / "configs" / "deepseek-v2-lite.json"
     assert main(["count", "--config", str(path), "--json"]) == 0
     out, err = capsys.readouterr()
     report = json.loads(out)
