@@ -25,10 +25,11 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
-from .config import AttentionConfig, ConfigError, LatentAttentionConfig, read_json
+from .config import AttentionConfig, ConfigError, LatentAttentionConfig, read_json, show
 from .counting import count
+from .model import LayerType, Model
 
 
 @dataclass(frozen=True)
@@ -42,12 +43,129 @@ class Family:
     head_dim_default: int | None = None     # head_dim when absent (None: hidden / heads)
     rope_fraction: float = 1.0              # partial_rotary_factor when absent
     rope_theta: float = 10000.0             # rope_theta when absent
-    qk_norm: str = "none"                   # an AttentionConfig qk_norm, or "latent" (MLA)
+    qk_norm: str = "none"                   # an AttentionConfig qk_norm
     causal: bool = True
     softcap: float | None = None            # attn_logit_softcapping when absent
     reads: tuple[str, ...] = ()             # family-specific fields it reads (beyond the common ones)
     partial: bool = False                   # its code rotates only part of each head when asked
     note: str = ""
+    qk_norm_flag: tuple[str, str, bool] | None = None   # (field, the QK-norm it switches on, default)
+    latent: bool = False                    # multi-head latent attention (LatentAttentionConfig)
+    alibi: tuple[str, bool] | None = None   # (field switching ALiBi on, its default); positions
+                                            # "alibi" means always
+    sinks: bool = False                     # attention sinks (a learned logit per head)
+    output_gate: bool = False               # a sigmoid gate on each head's output
+    kv_heads: Callable[[dict[str, Any], int, str], Any] | None = None   # its own kv-head reading
+    layers: Callable[[dict[str, Any], int, str], list[dict[str, Any]]] | None = None
+    # per layer: AttentionConfig field overrides, or {"skip": reason} for a layer that is not
+    # softmax attention (``layer_kinds``); None: every layer the same
+    nested: tuple[str, ...] = ()            # sub-objects read as "outer.field" (MPT's attn_config)
+    rotary_dim: tuple[str, int] | None = None   # (field giving the rotated dims per head, default;
+                                                # null: all of them), instead of a fraction
+    ignores: tuple[str, ...] = ()           # fields its config has and its transformers code ignores
+    n_layers_default: int | None = None     # num_hidden_layers when absent (families whose layers differ)
+
+
+# -- family-specific readers (called with the text config, the head count / layer count, name) --
+
+def _falcon_kv(text: dict[str, Any], n_heads: int, name: str) -> Any:
+    """FalconAttention: num_kv_heads (alias n_head_kv) with the new decoder architecture, else
+    one head when multi_query (the default), else one per query head."""
+    if _flag(text, name, "new_decoder_architecture", False):
+        return _get(text, "num_kv_heads", "n_head_kv", default=n_heads)
+    return 1 if _flag(text, name, "multi_query", True) else n_heads
+
+
+def _multi_query_kv(text: dict[str, Any], n_heads: int, name: str) -> Any:
+    """GPTBigCodeAttention: one key/value head when multi_query (the default)."""
+    return 1 if _flag(text, name, "multi_query", True) else n_heads
+
+
+def _layer_list(text: dict[str, Any], key: str, n_layers: int, name: str) -> list[Any]:
+    value = text.get(key)
+    if not isinstance(value, list) or len(value) != n_layers:
+        raise ConfigError(f"{name}: field {key!r} must be a list of {n_layers} entries (one per "
+                          f"layer, num_hidden_layers={n_layers}); got {show(value)}")
+    return value
+
+
+def _layer_types(text: dict[str, Any], n_layers: int, name: str, allowed: tuple[str, ...]) -> list[str]:
+    """``layer_types`` (one per layer) with every entry one of ``allowed``; absent: all the first."""
+    if text.get("layer_types") is None:
+        return [allowed[0]] * n_layers
+    types = _layer_list(text, "layer_types", n_layers, name)
+    bad = sorted({str(t) for t in types} - set(allowed))
+    if bad:
+        raise ConfigError(f"{name}: field 'layer_types' holds {bad[0]!r}: this family's layers are "
+                          f"{', '.join(allowed)} (another kind of layer is not read)")
+    return types
+
+
+WINDOW_TYPES = ("full_attention", "sliding_attention")
+
+
+def _window_layers(text: dict[str, Any], n_layers: int, name: str) -> list[dict[str, Any]]:
+    """Sliding or full attention per layer: the same attention function (see sliding_window)."""
+    _layer_types(text, n_layers, name, WINDOW_TYPES)
+    return [{}] * n_layers
+
+
+def _no_rope_layers(text: dict[str, Any], n_layers: int, name: str) -> list[dict[str, Any]]:
+    """SmolLM3 / Llama 4: ``no_rope_layers`` (1 = RoPE, 0 = none) per layer; absent, every
+    ``no_rope_layer_interval``-th layer (default 4) has none (their config classes' default)."""
+    if text.get("no_rope_layers") is None:
+        interval = _integer(name, "no_rope_layer_interval", text.get("no_rope_layer_interval") or 4)
+        flags = [int((i + 1) % interval != 0) for i in range(n_layers)]
+    else:
+        flags = _layer_list(text, "no_rope_layers", n_layers, name)
+        if any(f not in (0, 1) or isinstance(f, float) for f in flags):
+            raise ConfigError(f"{name}: field 'no_rope_layers' must hold 0 or 1 per layer")
+    return [{} if f else {"rope_fraction": 0.0} for f in flags]
+
+
+def _smollm3_layers(text: dict[str, Any], n_layers: int, name: str) -> list[dict[str, Any]]:
+    _window_layers(text, n_layers, name)
+    return _no_rope_layers(text, n_layers, name)
+
+
+def _llama4_layers(text: dict[str, Any], n_layers: int, name: str) -> list[dict[str, Any]]:
+    """Llama 4: NoPE layers per ``no_rope_layers``; the weightless L2 QK-norm (``use_qk_norm``,
+    default true) only on the RoPE layers; chunked or full attention (a window, see
+    attention_chunk_size)."""
+    _layer_types(text, n_layers, name, ("chunked_attention", "full_attention"))
+    norm = "plain" if _flag(text, name, "use_qk_norm", True) else "none"
+    return [{"qk_norm": norm} if not o else {**o, "qk_norm": "none"}
+            for o in _no_rope_layers(text, n_layers, name)]
+
+
+def _cohere2_layers(text: dict[str, Any], n_layers: int, name: str) -> list[dict[str, Any]]:
+    """Cohere2Attention rotates only on sliding layers, and only when sliding_window is set."""
+    types = _layer_types(text, n_layers, name, ("sliding_attention", "full_attention"))
+    window = text.get("sliding_window") is not None
+    return [{} if t == "sliding_attention" and window else {"rope_fraction": 0.0} for t in types]
+
+
+def _exaone4_layers(text: dict[str, Any], n_layers: int, name: str) -> list[dict[str, Any]]:
+    """Exaone4Attention rotates when sliding_window is unset, else only on sliding layers."""
+    types = _layer_types(text, n_layers, name, ("sliding_attention", "full_attention"))
+    if text.get("sliding_window") is None:
+        return [{}] * n_layers
+    return [{} if t == "sliding_attention" else {"rope_fraction": 0.0} for t in types]
+
+
+def _qwen3_next_layers(text: dict[str, Any], n_layers: int, name: str) -> list[dict[str, Any]]:
+    """Qwen3-Next: full (gated softmax) attention every full_attention_interval-th layer (default
+    4); the others are linear attention (Gated DeltaNet), not softmax attention."""
+    if text.get("layer_types") is None:
+        interval = _integer(name, "full_attention_interval", text.get("full_attention_interval") or 4)
+        types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
+                 for i in range(n_layers)]
+    else:
+        types = _layer_types(text, n_layers, name, ("linear_attention", "full_attention"))
+    return [{} if t == "full_attention" else {"skip": LINEAR_ATTENTION} for t in types]
+
+
+LINEAR_ATTENTION = "linear attention (Gated DeltaNet), not softmax attention: not counted"
 
 
 _LLAMA_BIAS = (("attention_bias", "qkvo", False),)
@@ -58,58 +176,74 @@ FAMILIES: dict[str, Family] = {
     "mistral": Family(kv_default=8),
     "mixtral": Family(kv_default=8, rope_theta=1e6),
     "granite": Family(bias_flags=_LLAMA_BIAS, reads=("attention_multiplier",)),
-    "smollm3": Family(bias_flags=_LLAMA_BIAS, kv_default=4, rope_theta=2e6,
-                      reads=("no_rope_layers", "no_rope_layer_interval")),
-    "qwen2": Family(bias="qkv", kv_default=32, reads=("qkv_bias",),
+    "smollm3": Family(bias_flags=_LLAMA_BIAS, kv_default=4, rope_theta=2e6, layers=_smollm3_layers,
+                      n_layers_default=36,
+                      reads=("no_rope_layers", "no_rope_layer_interval", "layer_types"),
+                      note="no RoPE on the layers no_rope_layers marks 0 (every 4th by default)"),
+    "qwen2": Family(bias="qkv", kv_default=32, reads=("qkv_bias", "layer_types"), layers=_window_layers,
                     note="q, k, v always biased, o never (a qkv_bias field is ignored by the code)"),
-    "qwen2_vl_text": Family(bias="qkv", kv_default=8, rope_theta=1e6, reads=("mrope_section",),
+    "qwen2_vl_text": Family(bias="qkv", kv_default=8, rope_theta=1e6, layers=_window_layers,
+                            reads=("mrope_section", "layer_types"),
                             note="q, k, v always biased; M-RoPE equals RoPE on text tokens"),
-    "qwen2_5_vl_text": Family(bias="qkv", kv_default=8, rope_theta=1e6, reads=("mrope_section",),
-                              note="as Qwen2-VL"),
-    "qwen2_moe": Family(bias_flags=(("qkv_bias", "qkv", True),), kv_default=16),
-    "qwen3": Family(bias_flags=_LLAMA_BIAS, kv_default=32, head_dim_default=128, qk_norm="gain"),
+    "qwen2_5_vl_text": Family(bias="qkv", kv_default=8, rope_theta=1e6, layers=_window_layers,
+                              reads=("mrope_section", "layer_types"), note="as Qwen2-VL"),
+    "qwen2_moe": Family(bias_flags=(("qkv_bias", "qkv", True),), kv_default=16, layers=_window_layers,
+                        reads=("layer_types",)),
+    "qwen3": Family(bias_flags=_LLAMA_BIAS, kv_default=32, head_dim_default=128, qk_norm="gain",
+                    layers=_window_layers, reads=("layer_types",)),
     "qwen3_moe": Family(bias_flags=_LLAMA_BIAS, kv_default=4, qk_norm="gain"),
     "gemma": Family(bias_flags=_LLAMA_BIAS, kv_default=16, head_dim_default=256,
                     reads=("use_bidirectional_attention",)),
     "gemma2": Family(bias_flags=_LLAMA_BIAS, kv_default=4, head_dim_default=256, softcap=50.0,
+                     layers=_window_layers,
                      reads=("attn_logit_softcapping", "query_pre_attn_scalar",
-                            "use_bidirectional_attention")),
+                            "use_bidirectional_attention", "layer_types")),
     "gemma3_text": Family(bias_flags=_LLAMA_BIAS, kv_default=4, head_dim_default=256, qk_norm="gain",
+                          layers=_window_layers,
                           reads=("attn_logit_softcapping", "query_pre_attn_scalar",
-                                 "use_bidirectional_attention", "rope_local_base_freq")),
-    "phi": Family(bias="qkvo", rope_fraction=0.5, reads=("qk_layernorm",), partial=True),
+                                 "use_bidirectional_attention", "rope_local_base_freq", "layer_types")),
+    "phi": Family(bias="qkvo", rope_fraction=0.5, partial=True,
+                  qk_norm_flag=("qk_layernorm", "layernorm_shared", False)),
     "phi3": Family(partial=True),
-    "persimmon": Family(bias="qkvo", rope_fraction=0.5, qk_norm="layernorm", reads=("qk_layernorm",),
-                        partial=True),
+    "persimmon": Family(bias="qkvo", rope_fraction=0.5, partial=True,
+                        qk_norm_flag=("qk_layernorm", "layernorm_shared", True)),
     "stablelm": Family(bias_flags=(("use_qkv_bias", "qkv", False),), kv_default=32,
-                       rope_fraction=0.25, reads=("qk_layernorm",), partial=True),
+                       rope_fraction=0.25, partial=True, qk_norm_flag=("qk_layernorm", "layernorm", False)),
     "gpt_neox": Family(bias_flags=(("attention_bias", "qkvo", True),), rope_fraction=0.25,
                        reads=("rotary_emb_base",), partial=True),
-    "gptj": Family(reads=("rotary_dim",), partial=True,
+    "gptj": Family(reads=("rotary_dim",), partial=True, rotary_dim=("rotary_dim", 64),
                    note="rotary_dim rotated dims per head (interleaved pairs)"),
-    "falcon": Family(bias_flags=(("bias", "qkvo", False),),
-                     reads=("multi_query", "new_decoder_architecture", "num_kv_heads", "alibi")),
+    "codegen": Family(reads=("rotary_dim",), partial=True, rotary_dim=("rotary_dim", 64),
+                      note="as GPT-J; the fused projection needs heads in multiples of 4"),
+    "falcon": Family(bias_flags=(("bias", "qkvo", False),), kv_heads=_falcon_kv, alibi=("alibi", False),
+                     reads=("multi_query", "new_decoder_architecture", "num_kv_heads", "n_head_kv"),
+                     note="alibi: ALiBi instead of RoPE"),
     "olmo": Family(bias_flags=_LLAMA_BIAS, reads=("clip_qkv",)),
     "olmo2": Family(bias_flags=_LLAMA_BIAS, qk_norm="whole"),
-    "olmo3": Family(bias_flags=_LLAMA_BIAS, qk_norm="whole", rope_theta=500000.0),
+    "olmo3": Family(bias_flags=_LLAMA_BIAS, qk_norm="whole", rope_theta=500000.0, layers=_window_layers,
+                    reads=("layer_types",)),
     "olmoe": Family(bias_flags=_LLAMA_BIAS, qk_norm="whole", reads=("clip_qkv",)),
-    "cohere": Family(bias_flags=_LLAMA_BIAS, rope_theta=500000.0, reads=("use_qk_norm", "logit_scale"),
-                     note="interleaved RoPE pairs"),
+    "cohere": Family(bias_flags=_LLAMA_BIAS, rope_theta=500000.0, reads=("logit_scale",),
+                     qk_norm_flag=("use_qk_norm", "layernorm", False), note="interleaved RoPE pairs"),
+    "cohere2": Family(bias_flags=_LLAMA_BIAS, kv_default=64, head_dim_default=128, layers=_cohere2_layers,
+                      n_layers_default=40, reads=("layer_types", "logit_scale"),
+                      note="interleaved RoPE pairs, only on sliding layers (full layers: no RoPE)"),
     "starcoder2": Family(bias_flags=(("use_bias", "qkvo", True),), kv_default=2),
     "glm": Family(bias_flags=(("attention_bias", "qkv", True),), kv_default=2, head_dim_default=128,
                   rope_fraction=0.5, partial=True, note="attention_bias switches q, k, v; o is never biased"),
     "glm4": Family(bias_flags=(("attention_bias", "qkv", True),), kv_default=2, head_dim_default=128,
                    rope_fraction=0.5, partial=True, note="as GLM"),
-    "deepseek_v2": Family(qk_norm="latent", reads=LATENT_READS,
+    "deepseek_v2": Family(latent=True, reads=LATENT_READS,
                           note="multi-head latent attention (idlib.config.LatentAttentionConfig)"),
-    "deepseek_v3": Family(kv_default=128, qk_norm="latent", reads=LATENT_READS + ("rope_interleave",),
+    "deepseek_v3": Family(kv_default=128, latent=True, reads=LATENT_READS + ("rope_interleave",),
                           note="multi-head latent attention (idlib.config.LatentAttentionConfig)"),
     "gpt2": Family(positions="learned", bias="qkvo",
                    reads=("scale_attn_weights", "scale_attn_by_inverse_layer_idx",
                           "reorder_and_upcast_attn")),
     "gpt_neo": Family(positions="learned", bias="o", reads=("attention_types", "attention_layers"),
                       note="only the output projection is biased; local layers are windowed"),
-    "gpt_bigcode": Family(positions="learned", bias="qkvo", reads=("multi_query",)),
+    "gpt_bigcode": Family(positions="learned", bias="qkvo", kv_heads=_multi_query_kv,
+                          reads=("multi_query",)),
     "opt": Family(positions="learned", bias_flags=(("enable_bias", "qkvo", True),)),
     "bert": Family(positions="learned", bias="qkvo", causal=False,
                    reads=("position_embedding_type", "is_decoder"), note="causal when is_decoder"),
@@ -121,6 +255,46 @@ FAMILIES: dict[str, Family] = {
     "t5": Family(positions="relative", causal=False, reads=("d_kv",),
                  note="encoder self-attention; the relative-position bucket bias is a separate "
                       "table added to the scores, not counted"),
+    # -- the attention people run in 2026 (chapter 10) ------------------------------------------
+    "bloom": Family(positions="alibi", bias="qkvo", reads=("n_embed", "slow_but_exact"),
+                    note="ALiBi; fused query_key_value"),
+    "mpt": Family(positions="alibi", nested=("attn_config",),
+                  reads=("attn_config.clip_qkv", "attn_config.softmax_scale", "attn_config.attn_pdrop"),
+                  ignores=("no_bias", "learned_pos_emb", "attn_config.alibi", "attn_config.alibi_bias_max",
+                           "attn_config.qk_ln", "attn_config.attn_type", "attn_config.prefix_lm",
+                           "attn_config.attn_impl", "attn_config.attn_uses_sequence_id"),
+                  note="ALiBi always and no biases (transformers' MptAttention and MptModel ignore "
+                       "no_bias, attn_config.alibi, qk_ln, prefix_lm)"),
+    "gpt_oss": Family(bias_flags=(("attention_bias", "qkvo", True),), kv_default=8, head_dim_default=64,
+                      rope_theta=150000.0, sinks=True, layers=_window_layers, reads=("layer_types",),
+                      note="attention sinks: a learned logit per head in the softmax"),
+    "qwen3_next": Family(bias_flags=_LLAMA_BIAS, kv_default=2, head_dim_default=256, rope_fraction=0.25,
+                         partial=True, qk_norm="gain", output_gate=True, layers=_qwen3_next_layers,
+                         n_layers_default=48,
+                         reads=("layer_types", "full_attention_interval", "linear_conv_kernel_dim",
+                                "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
+                                "linear_num_value_heads"),
+                         note="gated attention on the full-attention layers; the linear-attention "
+                              "layers are not softmax attention (not counted)"),
+    "llama4_text": Family(bias_flags=_LLAMA_BIAS, kv_default=8, head_dim_default=128, rope_theta=500000.0,
+                          layers=_llama4_layers, n_layers_default=48,
+                          reads=("no_rope_layers", "no_rope_layer_interval", "use_qk_norm", "layer_types",
+                                 "attn_temperature_tuning", "floor_scale", "attn_scale",
+                                 "attention_chunk_size"),
+                          note="NoPE every no_rope_layer_interval-th layer; weightless L2 QK-norm on "
+                               "the RoPE layers; interleaved RoPE pairs"),
+    "exaone4": Family(qk_norm="gain", kv_default=32, layers=_exaone4_layers, n_layers_default=32, reads=("layer_types",),
+                      note="QK-norm with gains; with a sliding window, RoPE only on sliding layers"),
+    "ministral": Family(kv_default=8, layers=_window_layers, reads=("layer_types",)),
+    "granitemoe": Family(bias_flags=_LLAMA_BIAS, kv_default=32, reads=("attention_multiplier",)),
+    "seed_oss": Family(bias_flags=(("attention_bias", "qkv", True), ("attention_out_bias", "o", False)),
+                       head_dim_default=128, kv_default=8,
+                       note="attention_bias switches q, k, v; attention_out_bias o"),
+    "nemotron": Family(bias_flags=_LLAMA_BIAS, rope_fraction=0.5, partial=True, head_dim_default=None),
+    "helium": Family(bias_flags=(("attention_bias", "qkv", False),), head_dim_default=128, kv_default=20,
+                     note="attention_bias switches q, k, v; o is never biased"),
+    "ernie4_5": Family(bias_flags=(("use_bias", "qkvo", False),), head_dim_default=128, kv_default=2,
+                       rope_theta=500000.0, note="interleaved RoPE pairs"),
 }
 # multimodal configs: the family of a text_config that does not name its own model_type
 TEXT_FAMILY = {"gemma3": "gemma3_text", "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text",
@@ -128,9 +302,6 @@ TEXT_FAMILY = {"gemma3": "gemma3_text", "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl
 # the model_type of a text_config names the text model; some spell it as the multimodal one
 TEXT_ALIASES = {"gemma3": "gemma3_text", "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text"}
 
-# families whose QK LayerNorm is one nn.LayerNorm(head_dim) (gain and shift) shared by the heads;
-# StableLM and Cohere normalise each head with its own gains and no shift ("layernorm")
-LAYERNORM_SHARED = ("phi", "persimmon")
 # DeepseekV2Config / DeepseekV3Config defaults (transformers 5.23) of the latent fields
 LATENT_DEFAULTS = {"kv_lora_rank": 512, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
                    "qk_rope_head_dim": 64, "v_head_dim": 128}
@@ -153,7 +324,6 @@ HARMLESS = {
     "sliding_window": "a window of w >= 2 keys: sequences shorter than w see full causal attention, "
                       "and the count is reached on them (the symmetries act position by position)",
     "use_sliding_window": "see sliding_window", "max_window_layers": "see sliding_window",
-    "layer_types": "sliding or full attention per layer (see sliding_window)",
     "sliding_window_pattern": "see sliding_window", "_sliding_window_pattern": "see sliding_window",
     "window_size": "see sliding_window",
     "rms_norm_eps": "the block's norms (outside the attention layer; chapter 9 for QK-norm eps)",
@@ -181,7 +351,6 @@ HARMLESS = {
     "mrope_section": "M-RoPE: on text tokens its three position ids coincide, plain RoPE",
     "attention_types": "global or local (windowed) layers, see sliding_window",
     "attention_layers": "see attention_types",
-    "no_rope_layer_interval": "read with no_rope_layers",
     "relative_attention_num_buckets": "T5's position table (not counted)",
     "relative_attention_max_distance": "T5's position table (not counted)",
     "qk_head_dim": "qk_nope_head_dim + qk_rope_head_dim",
@@ -192,10 +361,27 @@ HARMLESS = {
     "scale_decoder_outputs": "the LM head", "do_layer_norm_before": "the block, not attention",
     "layer_norm_elementwise_affine": "the block's norms",
     "attention_softmax_in_fp32": "numerics only", "scale_attention_softmax_in_fp32": "numerics only",
+    "slow_but_exact": "numerics only (BLOOM's tensor-parallel merge order)",
+    "attn_temperature_tuning": "Llama 4's query scale log(floor((i + 1) / floor_scale) + 1) * attn_scale "
+                               "+ 1 is exactly 1 on the first floor_scale - 1 positions (8,191 by default): "
+                               "the count is reached on sequences shorter than that",
+    "floor_scale": "see attn_temperature_tuning", "attn_scale": "see attn_temperature_tuning",
+    "attention_chunk_size": "chunked attention: a window of c >= 2 tokens (see sliding_window)",
+    "full_attention_interval": "read with layer_types (Qwen3-Next)",
+    "softmax_scale": "a fixed score scale", "alibi_bias_max": "the ALiBi slopes' schedule: the count "
+                     "holds for every slope vector outside a null set (chapter 10)",
+    "attn_impl": "which kernel computes it, not what it computes",
+    "attn_uses_sequence_id": "masks across packed sequences; one sequence sees full attention",
+    "learned_pos_emb": "learned absolute positions (added to the inputs, not counted)",
+    "linear_conv_kernel_dim": "the linear-attention layers (not counted)",
+    "linear_key_head_dim": "the linear-attention layers (not counted)",
+    "linear_value_head_dim": "the linear-attention layers (not counted)",
+    "linear_num_key_heads": "the linear-attention layers (not counted)",
+    "linear_num_value_heads": "the linear-attention layers (not counted)",
 }
 # a field whose name looks like it could shape attention must be read or listed in HARMLESS
 _SUSPECT = re.compile(r"attn|attention|rope|rotary|qk|alibi|position|bias|softcap|head|window|"
-                      r"causal|clip|lora|kv|norm|scal")
+                      r"causal|clip|lora|kv|norm|scal|layer_types|sink|gating|output_gate|nope")
 
 
 def _number(data: dict[str, Any], name: str, key: str, value: Any) -> float:
@@ -244,12 +430,20 @@ def text_part(data: Any, name: str = "config") -> tuple[dict[str, Any], str]:
 
 
 def family_of(data: Any, name: str = "config", family: str | None = None) -> tuple[dict[str, Any], str, Family]:
-    """(text dict, family name, Family); an unknown model_type is refused unless ``family`` names one."""
+    """(text dict, family name, Family); an unknown model_type is refused unless ``family`` names one.
+
+    ``family`` names the family of a config whose model_type the reader does not know; a file
+    whose model_type is a known family is read as that family (naming another one is refused:
+    reading it as another family would drop what its own code does).
+    """
     text, mt = text_part(data, name)
     if family is not None:
         key = str(family).lower()
         if key not in FAMILIES:
             raise ConfigError(f"family={family!r} is not a known family (known: {', '.join(sorted(FAMILIES))})")
+        if mt in FAMILIES and mt != key:
+            raise ConfigError(f"{name}: model_type {mt!r} is a family the reader knows; it is read as "
+                              f"itself, never as family {key!r} (drop --family)")
         return text, key, FAMILIES[key]
     if mt not in FAMILIES:
         what = f"model_type {mt!r}" if mt else "no model_type"
@@ -257,6 +451,19 @@ def family_of(data: Any, name: str = "config", family: str | None = None) -> tup
                           "is never guessed (name the family with --family, e.g. --family llama, "
                           f"if it is one of: {', '.join(sorted(FAMILIES))})")
     return text, mt, FAMILIES[mt]
+
+
+def _flatten(text: dict[str, Any], fam: Family, name: str) -> dict[str, Any]:
+    """The text config with the family's nested objects read as "outer.field" keys."""
+    out = dict(text)
+    for outer in fam.nested:
+        inner = out.pop(outer, None)
+        if inner is None:
+            continue
+        if not isinstance(inner, dict):
+            raise ConfigError(f"{name}: field {outer!r} must be a JSON object")
+        out.update({f"{outer}.{k}": v for k, v in inner.items()})
+    return out
 
 
 def _rope(text: dict[str, Any], fam: Family, name: str) -> tuple[float, list[float]]:
@@ -295,30 +502,33 @@ def _rope(text: dict[str, Any], fam: Family, name: str) -> tuple[float, list[flo
 
 
 def _check_unread(text: dict[str, Any], fam: Family, name: str) -> None:
-    known = set(COMMON_READS) | set(HARMLESS) | set(fam.reads) | {f for f, _, _ in fam.bias_flags}
+    known = set(COMMON_READS) | set(HARMLESS) | set(fam.reads) | set(fam.ignores) | \
+        {f.lstrip("!") for f, _, _ in fam.bias_flags}
+    if fam.alibi is not None:
+        known.add(fam.alibi[0])
+    if fam.qk_norm_flag is not None:
+        known.add(fam.qk_norm_flag[0])
     for key in sorted(text):
-        if key.startswith("_") or key in known or not _SUSPECT.search(key):
+        last = key.rpartition(".")[2]
+        if key.startswith("_") or key in known or last in HARMLESS or not _SUSPECT.search(key):
             continue
         raise ConfigError(f"{name}: field {key!r} is not read for this family and could change the "
                           "attention function; it is refused, never ignored")
 
 
-def _refusals(text: dict[str, Any], fam: Family, family: str, name: str) -> None:
+def _refusals(text: dict[str, Any], fam: Family, name: str) -> None:
     pos = str(text.get("position_embedding_type") or "absolute").lower()
-    if text.get("alibi") or pos == "alibi":
-        raise ConfigError(f"{name}: ALiBi position biases are not represented by AttentionConfig")
+    if pos == "alibi" or (text.get("alibi") and fam.alibi is None and fam.positions != "alibi"):
+        raise ConfigError(f"{name}: ALiBi position biases (field {'alibi' if text.get('alibi') else 'position_embedding_type'!r}) "
+                          "are not read for this family (families with ALiBi: "
+                          f"{', '.join(sorted(k for k, f in FAMILIES.items() if f.alibi or f.positions == 'alibi'))})")
     if pos not in ("absolute", "rotary", "rope"):
         raise ConfigError(f"{name}: field 'position_embedding_type'={pos!r}: relative position "
                           "scores are not represented by AttentionConfig")
-    if text.get("clip_qkv") is not None:
-        raise ConfigError(f"{name}: field 'clip_qkv'={text['clip_qkv']!r} clamps q, k, v; the count "
-                          "of a clipped layer is not derived")
-    layers = text.get("no_rope_layers")
-    if family == "smollm3" and layers is None:
-        layers = [1, 1, 1, 0]          # SmolLM3Config's default: every 4th layer without RoPE
-    if layers is not None and (not isinstance(layers, list) or len(set(map(bool, layers))) > 1):
-        raise ConfigError(f"{name}: field 'no_rope_layers' mixes layers with and without RoPE; "
-                          "their counts differ (count each kind with --rope-fraction)")
+    for key in ("clip_qkv", "attn_config.clip_qkv"):
+        if text.get(key) is not None:
+            raise ConfigError(f"{name}: field {key!r}={text[key]!r} clamps q, k, v; the count "
+                              "of a clipped layer is not derived")
     window = _get(text, "sliding_window")
     if window is not None and text.get("use_sliding_window", True) is not False:
         if isinstance(window, bool) or not isinstance(window, int):
@@ -329,45 +539,63 @@ def _refusals(text: dict[str, Any], fam: Family, family: str, name: str) -> None
 
 
 def _bias(text: dict[str, Any], fam: Family, name: str) -> str:
+    """The biased projections: the family's fixed ones, and those its flags switch on (a flag
+    written "!field" switches them on when the field is false)."""
     letters = set(fam.bias)
     for key, switched, default in fam.bias_flags:
-        if _flag(text, name, key, default):
+        if key.startswith("!"):
+            on = not _flag(text, name, key[1:], not default)
+        else:
+            on = _flag(text, name, key, default)
+        if on:
             letters |= set(switched)
     return "".join(c for c in "qkvo" if c in letters)
 
 
 def _qk_norm(text: dict[str, Any], fam: Family, name: str) -> str:
-    for key in ("qk_layernorm", "use_qk_norm"):
-        if key in fam.reads:
-            return "layernorm" if _flag(text, name, key, fam.qk_norm == "layernorm") else "none"
+    if fam.qk_norm_flag is not None:
+        key, kind, default = fam.qk_norm_flag
+        return kind if _flag(text, name, key, default) else "none"
     return fam.qk_norm
 
 
-def _kv_heads(text: dict[str, Any], fam: Family, family: str, n_heads: int, name: str) -> int:
-    if family == "falcon":
-        if _flag(text, name, "new_decoder_architecture", False):
-            return _get(text, "num_kv_heads", default=n_heads)
-        return 1 if _flag(text, name, "multi_query", True) else n_heads
-    if family == "gpt_bigcode":
-        return 1 if _flag(text, name, "multi_query", True) else n_heads
-    n_kv = _get(text, "num_key_value_heads")
-    if n_kv is None:
-        n_kv = fam.kv_default if fam.kv_default is not None else n_heads
+def _kv_heads(text: dict[str, Any], fam: Family, n_heads: int, name: str) -> int:
+    if fam.kv_heads is not None:
+        n_kv = fam.kv_heads(text, n_heads, name)
+    else:
+        n_kv = _get(text, "num_key_value_heads")
+        if n_kv is None:
+            n_kv = fam.kv_default if fam.kv_default is not None else n_heads
     return _integer(name, "num_key_value_heads", n_kv)
 
 
+def _alibi(text: dict[str, Any], fam: Family, name: str) -> bool:
+    if fam.positions == "alibi":
+        return True
+    return fam.alibi is not None and _flag(text, name, fam.alibi[0], fam.alibi[1])
+
+
+def n_hidden_layers(data: Any, name: str = "config", family: str | None = None) -> int | None:
+    """The model's number of layers (num_hidden_layers, n_layer, num_layers, MPT's n_layers)."""
+    text, _, _ = family_of(data, name, family)
+    value = _get(text, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    return None if value is None else _integer(name, "num_hidden_layers", value)
+
+
 def attention_fields_from_hf(data: Any, name: str = "config", family: str | None = None) -> dict[str, Any]:
-    """AttentionConfig keyword arguments for one attention layer described by ``data``.
+    """AttentionConfig keyword arguments for the attention layer described by ``data`` (of the
+    first layer, where layers differ: :func:`model_from_hf` reads each).
 
     ``family`` names the family of a config whose model_type the reader does not know.  A
     multi-head latent attention config (DeepSeek) is refused here: :func:`latent_fields_from_hf`
     reads it (``config_from_hf`` picks the right one).
     """
     text, fam_name, fam = family_of(data, name, family)
-    if fam.qk_norm == "latent":
+    if fam.latent:
         raise ConfigError(f"{name}: family {fam_name!r} is multi-head latent attention, not an "
                           "AttentionConfig layer (read it with config_from_hf)")
-    d_model = _get(text, "hidden_size", "n_embd", "d_model", "dim")
+    text = _flatten(text, fam, name)
+    d_model = _get(text, "hidden_size", "n_embd", "d_model", "dim", "n_embed")
     if d_model is None:
         raise ConfigError(f"{name}: field 'hidden_size' is required")
     d_model = _integer(name, "hidden_size", d_model)
@@ -376,11 +604,9 @@ def attention_fields_from_hf(data: Any, name: str = "config", family: str | None
         raise ConfigError(f"{name}: field 'num_attention_heads' is required")
     n_heads = _integer(name, "num_attention_heads", n_heads)
     qk_norm = _qk_norm(text, fam, name)
-    if qk_norm == "layernorm" and fam_name in LAYERNORM_SHARED:
-        qk_norm = "layernorm_shared"
-    _refusals(text, fam, fam_name, name)
+    _refusals(text, fam, name)
     _check_unread(text, fam, name)
-    n_kv = _kv_heads(text, fam, fam_name, n_heads, name)
+    n_kv = _kv_heads(text, fam, n_heads, name)
 
     head_dim = _get(text, "head_dim", "d_kv")
     if head_dim is None:
@@ -389,17 +615,20 @@ def attention_fields_from_hf(data: Any, name: str = "config", family: str | None
         head_dim = d_model // n_heads
     head_dim = None if head_dim is None else _integer(name, "head_dim", head_dim)
 
+    alibi = _alibi(text, fam, name)
     rope_fraction, thetas = 0.0, [10000.0]
-    if fam.positions == "rope":
+    if fam.positions == "rope" and not alibi:
         rope_fraction, thetas = _rope(text, fam, name)
         if rope_fraction != 1.0 and not fam.partial:
+            partial = sorted(k for k, f in FAMILIES.items() if f.partial)
             raise ConfigError(f"{name}: partial_rotary_factor={rope_fraction:g}: the attention code of "
                               f"family {fam_name!r} rotates every dimension of each head (only "
-                              "glm, glm4, gpt_neox, gptj, persimmon, phi, phi3, stablelm rotate part)")
-        if fam_name == "gptj":
-            rdim = text.get("rotary_dim", 64)          # GPTJConfig's default; null: all dims
+                              f"{', '.join(partial)} rotate part)")
+        if fam.rotary_dim is not None:
+            key, default = fam.rotary_dim
+            rdim = text.get(key, default)          # the config class's default; null: all dims
             rope_fraction = 1.0 if rdim is None or head_dim is None else \
-                _integer(name, "rotary_dim", rdim) / head_dim
+                _integer(name, key, rdim) / head_dim
     causal = fam.causal
     if text.get("use_bidirectional_attention") and "use_bidirectional_attention" in fam.reads:
         causal = False
@@ -413,7 +642,8 @@ def attention_fields_from_hf(data: Any, name: str = "config", family: str | None
         softcap = _number(text, name, "attn_logit_softcapping", softcap)
     out = dict(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim,
                rope_fraction=rope_fraction, rope_base=thetas[0], bias=bias, causal=causal,
-               qk_norm=qk_norm, softcap=softcap)
+               qk_norm=qk_norm, softcap=softcap, alibi=alibi, sinks=fam.sinks,
+               output_gate=fam.output_gate)
     if len(set(thetas)) > 1:
         _same_count_for_bases(out, thetas, name)
     return out
@@ -429,7 +659,7 @@ def _same_count_for_bases(fields_: dict[str, Any], thetas: list[float], name: st
 
 def is_latent(data: Any, name: str = "config", family: str | None = None) -> bool:
     """Whether ``data`` describes multi-head latent attention (a DeepSeek family)."""
-    return family_of(data, name, family)[2].qk_norm == "latent"
+    return family_of(data, name, family)[2].latent
 
 
 def latent_fields_from_hf(data: Any, name: str = "config", family: str | None = None) -> dict[str, Any]:
@@ -441,9 +671,9 @@ def latent_fields_from_hf(data: Any, name: str = "config", family: str | None = 
     them; num_key_value_heads is not used by the code (every head gets its keys from the latent).
     """
     text, fam_name, fam = family_of(data, name, family)
-    if fam.qk_norm != "latent":
+    if not fam.latent:
         raise ConfigError(f"{name}: family {fam_name!r} is not multi-head latent attention")
-    _refusals(text, fam, fam_name, name)
+    _refusals(text, fam, name)
     _check_unread(text, fam, name)
     sizes = {}
     for key in ("hidden_size", "num_attention_heads"):
@@ -474,14 +704,25 @@ def latent_fields_from_hf(data: Any, name: str = "config", family: str | None = 
 
 
 def family_table() -> list[dict[str, str]]:
-    """One row per family: positions, biases, QK-norm, causal, defaults and fields read (for the docs)."""
+    """One row per family: positions, biases, QK-norm, the variants it uses, causal, defaults and
+    fields read (for the docs)."""
     rows = []
     for key, f in sorted(FAMILIES.items()):
         flags = ", ".join(f"{k} -> {letters}" for k, letters, _ in f.bias_flags)
-        rows.append({"model_type": key, "positions": f.positions if f.positions != "rope" else
-                     f"rope (fraction {f.rope_fraction:g}, base {f.rope_theta:g})",
+        positions = f"rope (fraction {f.rope_fraction:g}, base {f.rope_theta:g})" \
+            if f.positions == "rope" else f.positions
+        if f.alibi is not None:
+            positions += f"; {f.alibi[0]} -> alibi"
+        norm = "latent (MLA)" if f.latent else f.qk_norm
+        if f.qk_norm_flag is not None:
+            norm = f"{f.qk_norm_flag[0]} -> {f.qk_norm_flag[1]}"
+        variants = [name for name, on in (("sinks", f.sinks), ("output gate", f.output_gate),
+                                          ("layers differ", f.layers is not None
+                                           and f.layers is not _window_layers)) if on]
+        rows.append({"model_type": key, "positions": positions,
                      "biases": (f.bias or "none") + (f"; {flags}" if flags else ""),
-                     "qk_norm": f.qk_norm, "causal": "yes" if f.causal else "no",
+                     "qk_norm": norm, "variants": ", ".join(variants) or "-",
+                     "causal": "yes" if f.causal else "no",
                      "kv_heads default": "heads" if f.kv_default is None else str(f.kv_default),
                      "also reads": ", ".join(f.reads), "note": f.note})
     return rows
@@ -503,24 +744,76 @@ def _load(source: Any) -> tuple[Any, str]:
     return source, "config"          # parsed JSON (anything but an object is refused by name)
 
 
-def config_from_hf(source: Any, family: str | None = None) -> AttentionConfig | LatentAttentionConfig:
-    """Read a Hugging Face config.json (a path or an already-parsed dict): an AttentionConfig,
-    or a LatentAttentionConfig for multi-head latent attention (DeepSeek).
+def model_from_hf(source: Any, family: str | None = None) -> Model:
+    """A Hugging Face config (a path or an already-parsed dict) as a whole model: its layers
+    grouped by type (``idlib.model``), each type one attention layer, or the reason it has none.
 
-    ``family`` names the family of a config whose model_type the reader does not know.
+    Families whose layers differ (``Family.layers``: RoPE on some layers only, linear attention on
+    some) give several types; the others one.  ``family`` names the family of a config whose
+    model_type the reader does not know.
     """
-    return _layer(*_load(source), family)
+    return _model(*_load(source), family)
 
 
-def _layer(data: Any, name: str, family: str | None) -> AttentionConfig | LatentAttentionConfig:
-    if is_latent(data, name, family):
-        return LatentAttentionConfig(**latent_fields_from_hf(data, name, family))
-    return AttentionConfig(**attention_fields_from_hf(data, name, family))
+def _model(data: Any, name: str, family: str | None) -> Model:
+    text, fam_name, fam = family_of(data, name, family)
+    n_layers = n_hidden_layers(data, name, family)
+    listed = _listed_layers(text)
+    if fam.latent:
+        layer = LatentAttentionConfig(**latent_fields_from_hf(data, name, family))
+        L = n_layers or 1
+        return Model(name, fam_name, L, (LayerType(tuple(range(L)), layer),), n_layers is not None)
+    base = attention_fields_from_hf(data, name, family)
+    L = n_layers or listed or fam.n_layers_default or 1
+    overrides = fam.layers(_flatten(text, fam, name), L, name) if fam.layers else [{}] * L
+    groups: dict[Any, list[int]] = {}
+    for i, o in enumerate(overrides):
+        key = ("skip", o["skip"]) if "skip" in o else tuple(sorted(o.items()))
+        groups.setdefault(key, []).append(i)
+    types = []
+    for key, layers in groups.items():
+        if key and key[0] == "skip":
+            types.append(LayerType(tuple(layers), None, key[1]))
+        else:
+            types.append(LayerType(tuple(layers), AttentionConfig(**{**base, **dict(key)})))
+    return Model(name, fam_name, L, tuple(types), n_layers is not None or listed is not None)
+
+
+def _listed_layers(text: dict[str, Any]) -> int | None:
+    """The number of layers a per-layer list gives (layer_types, no_rope_layers), if any."""
+    for key in ("layer_types", "no_rope_layers"):
+        if isinstance(text.get(key), list):
+            return len(text[key])
+    return None
+
+
+def config_from_hf(source: Any, family: str | None = None) -> AttentionConfig | LatentAttentionConfig:
+    """Read a Hugging Face config.json (a path or an already-parsed dict): its one attention layer,
+    an AttentionConfig, or a LatentAttentionConfig for multi-head latent attention (DeepSeek).
+
+    Layers that are not softmax attention (``model_from_hf``) are left out; a model whose softmax
+    layers differ is refused here (count it with :func:`model_from_hf` and
+    :func:`idlib.model.count_model`, or ``idlib count --config``).  ``family`` names the family
+    of a config whose model_type the reader does not know.
+    """
+    return _single(model_from_hf(source, family))
+
+
+def _single(model: Model) -> AttentionConfig | LatentAttentionConfig:
+    counted = model.counted
+    if len(counted) == 1:
+        return counted[0].config
+    if not counted:
+        raise ConfigError(f"{model.name}: no layer is softmax attention ({model.types[0].reason})")
+    kinds = "; ".join(t.describe() for t in counted)
+    raise ConfigError(f"{model.name}: its layers differ ({len(counted)} types: {kinds}); count the "
+                      "whole model, layer type by layer type, with idlib.hf.model_from_hf or "
+                      "`idlib count --config`")
 
 
 def config_from_file(path: Any, family: str | None = None) -> AttentionConfig | LatentAttentionConfig:
     """A JSON file holding either AttentionConfig fields or a Hugging Face config."""
     data, name = read_json(path)
     if is_hf(data, family):
-        return _layer(data, name, family)
+        return _single(_model(data, name, family))
     return AttentionConfig.from_dict(data, name)

@@ -281,7 +281,6 @@ def test_family_table_lists_every_family():
 # -- refusals ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, message", [
-    ("bloom_alibi.json", "bloom_alibi.json: model_type 'bloom' is not a family the reader knows"),
     ("mpt_alibi.json", "mpt_alibi.json: model_type 'custom' is not a family the reader knows"),
     ("malformed.json", "config file 'malformed.json': not valid JSON (line 5, column 1"),
     ("unknown_field.json", "unknown_field.json: unknown field 'heads_per_group'"),
@@ -295,10 +294,14 @@ def test_refusals(name, message):
 @pytest.mark.parametrize("data, message", [
     ({**LLAMA, "model_type": "bert", "position_embedding_type": "relative_key"},
      "field 'position_embedding_type'='relative_key': relative position scores are not represented"),
-    ({**LLAMA, "model_type": "falcon", "alibi": True}, "ALiBi position biases are not represented"),
+    ({**LLAMA, "alibi": True}, "ALiBi position biases (field 'alibi') are not read for this family "
+                               "(families with ALiBi: bloom, falcon, mpt)"),
     ({**LLAMA, "model_type": "olmo", "clip_qkv": 8.0}, "field 'clip_qkv'=8.0 clamps q, k, v"),
     ({**LLAMA, "model_type": "olmoe", "clip_qkv": 8.0}, "field 'clip_qkv'=8.0 clamps q, k, v"),
-    ({**LLAMA, "model_type": "smollm3"}, "field 'no_rope_layers' mixes layers with and without RoPE"),
+    ({**LLAMA, "model_type": "smollm3"}, "its layers differ (2 types: layers 0-2, 4-6, 8-10, ..., 32-34 "
+                                         "(27 layers): d=64 H=4 G=4 k=16 v=16 r=16 causal; layers 3, 7, "
+                                         "11, ..., 35 (9 layers): d=64 H=4 G=4 k=16 v=16 causal); count "
+                                         "the whole model"),
     ({**LLAMA, "attn_temperature": 2.0}, "field 'attn_temperature' is not read for this family and "
                                          "could change the attention function; it is refused"),
     ({**LLAMA, "sliding_window": 1}, "field 'sliding_window'=1 leaves each token only itself"),

@@ -127,7 +127,7 @@ def design_effects(config: AttentionConfig | LatentAttentionConfig) -> dict[str,
         out["without_rope"] = _share(_without(config, rope_fraction=0.0))
     if config.n_kv_heads != config.n_heads:
         out["without_grouping"] = _share(_without(config, n_kv_heads=config.n_heads))
-    if config.qk_norm != "none":
+    if variants.BY_NAME["qk_norm"].active(config):
         out["without_qk_norm"] = _share(_without(config, qk_norm="none"))
     return out
 
