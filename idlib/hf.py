@@ -298,7 +298,8 @@ FAMILIES: dict[str, Family] = {
 }
 # multimodal configs: the family of a text_config that does not name its own model_type
 TEXT_FAMILY = {"gemma3": "gemma3_text", "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text",
-               "llava": "llama", "llava_next": "llama", "mistral3": "mistral", "paligemma": "gemma"}
+               "llava": "llama", "llava_next": "llama", "mistral3": "mistral", "paligemma": "gemma",
+               "llama4": "llama4_text"}
 # the model_type of a text_config names the text model; some spell it as the multimodal one
 TEXT_ALIASES = {"gemma3": "gemma3_text", "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text"}
 

@@ -21,7 +21,7 @@ ROWS = {r["slug"]: r for r in census.census_rows()}
 EXPECTED = {
     "bert-base": (2362368, 99840, ("4.23%", "-", "-", "-")),
     "deepseek-v2-lite": (13763072, 655681, ("4.76%", "-", "-", "-")),
-    "falcon-7b": (41877504, 4160, ("0.01%", "0.02%", "0.36%", "-")),
+    "falcon-7b": (41877504, 4160, ("0.0099%", "0.02%", "0.36%", "-")),
     "gemma-2-9b": (44040192, 526336, ("1.20%", "2.38%", "1.79%", "-")),
     "gemma-3-4b": (15729152, 262284, ("1.67%", "1.67%", "2.50%", "1.67%")),
     "gpt-neox-20b": (151019520, 933888, ("0.62%", "0.79%", "-", "-")),
@@ -35,16 +35,31 @@ EXPECTED = {
     "qwen2.5-7b": (29364736, 66048, ("0.22%", "0.45%", "0.90%", "-")),
     "qwen3-8b": (41943296, 131176, ("0.31%", "0.31%", "0.78%", "0.31%")),
     "smollm2-1.7b": (16777216, 133120, ("0.79%", "1.56%", "-", "-")),
+    "bloom-7b1": (67125248, 1056768, ("1.57%", "-", "-", "-")),
+    "mpt-7b": (67108864, 1048576, ("1.56%", "-", "-", "-")),
+    "gpt-oss-20b": (26550144, 33280, ("0.13%", "0.25%", "0.56%", "-")),
+}
+# models whose layers differ: slug -> (layers, counted, [(n layers, P, U) per counted type], shares)
+BY_TYPE = {
+    "command-r7b": (32, 32, [(24, 41943040, 132096), (8, 41943040, 262144)],
+                    ("0.39%", "0.62%", "0.98%", "-")),
+    "llama-4-scout": (48, 48, [(36, 62914560, 131632), (12, 62914560, 262144)],
+                      ("0.26%", "0.34%", "0.78%", "0.26%")),
+    "qwen3-next-80b-a3b": (48, 12, [(12, 27263488, 754)], ("0.0028%", "0.0029%", "0.01%", "0.27%")),
+    "smollm3-3b": (36, 36, [(27, 10485760, 66048), (9, 10485760, 131072)],
+                   ("0.78%", "1.25%", "1.96%", "-")),
 }
 
 
 def test_every_shipped_model_is_in_the_table_with_a_source():
-    assert sorted(MODELS) == sorted(EXPECTED)
+    assert sorted(MODELS) == sorted(set(EXPECTED) | set(BY_TYPE))
     for m in MODELS.values():
         assert re.fullmatch(r"[\w.-]+/[\w.-]+/config\.json( \(text_config\))?", m.source), m.source
         assert m.checked_against and m.name
         assert m.confirmed == (not m.unconfirmed_fields)
-    assert {s for s, m in MODELS.items() if not m.confirmed} == {"deepseek-v2-lite", "gemma-3-4b"}
+    assert {s for s, m in MODELS.items() if not m.confirmed} == {
+        "deepseek-v2-lite", "gemma-3-4b", "gpt-oss-20b", "llama-4-scout", "qwen3-next-80b-a3b",
+        "smollm3-3b", "command-r7b"}
 
 
 @pytest.mark.parametrize("slug", sorted(EXPECTED))
@@ -59,9 +74,40 @@ def test_counts_and_printed_shares(slug):
 
 @pytest.mark.parametrize("slug", sorted(EXPECTED))
 def test_every_shipped_config_is_what_count_reads(slug):
+    """(A model whose layers differ has no single layer: config_from_hf refuses it, naming the types.)"""
     m = MODELS[slug]
     raw = json.loads(m.path.read_text())
     assert m.status == "exact" and config_from_file(m.path) == m.config == config_from_hf(raw)
+
+
+@pytest.mark.parametrize("slug", sorted(BY_TYPE))
+def test_models_whose_layers_differ_are_counted_type_by_type(slug):
+    r, (L, counted, types, shares) = ROWS[slug], BY_TYPE[slug]
+    assert (r["layers"], r["counted_layers"]) == (L, counted)
+    assert [(len(t["layers"]), t["per_layer_total"], t["per_layer_unidentified"]) for t in r["types"]] \
+        == types
+    assert r["total"] == sum(n * P for n, P, _ in types)
+    assert r["unidentified"] == sum(n * U for n, _, U in types)
+    assert r["per_layer_total"] is None and census.table_cells(r)[2] == "by type"
+    assert census.table_cells(r)[5:] == list(shares)
+    assert MODELS[slug].config is None and MODELS[slug].status == "exact"
+
+
+def test_the_2026_rows_by_hand():
+    # gpt-oss-20b: 8 groups of 8 heads of 64, full RoPE: 64 commutant dims per group; GL(64) on
+    # VO; sinks make the value bias identified, full RoPE the key bias
+    assert 8 * (64 + 64 ** 2) == EXPECTED["gpt-oss-20b"][1]
+    # Command R7B / SmolLM3: RoPE layers k + k^2 per group, NoPE layers 2 k^2 per group
+    assert (8 * (128 + 128 ** 2), 8 * 2 * 128 ** 2) == tuple(U for _, _, U in BY_TYPE["command-r7b"][2])
+    assert (4 * (128 + 128 ** 2), 4 * 2 * 128 ** 2) == tuple(U for _, _, U in BY_TYPE["smollm3-3b"][2])
+    # Llama 4 Scout: RoPE layers with the L2 QK-norm: 64 planes (U(1) each) + m + 1 = 6 scales
+    assert 8 * (64 + 6 + 128 ** 2) == BY_TYPE["llama-4-scout"][2][0][2]
+    # Qwen3-Next: per group m + 1 = 9 scales; gains: 32 planes + 192 fixed dims; the gate leaves
+    # only the diagonal of GL(256) on VO
+    assert 2 * 9 + (32 + 192) + 2 * 256 == BY_TYPE["qwen3-next-80b-a3b"][2][0][2]
+    # ALiBi changes nothing: BLOOM is GPT-2's count at its size, MPT Llama 2's without RoPE
+    assert EXPECTED["bloom-7b1"][1] == 2 * 32 * 128 ** 2 + 2 * 32 * 128
+    assert EXPECTED["mpt-7b"][1] == 2 * 32 * 128 ** 2
 
 
 def test_gpt2_small_by_hand():
@@ -127,12 +173,14 @@ def test_format_and_json():
                                                       "371,602,944", "655,681", "4.76%", "-", "-", "-"]
 
 
-@pytest.mark.parametrize("slug", sorted(s for s, m in MODELS.items()
-                                        if not isinstance(m.config, LatentAttentionConfig)))
-def test_twin_keeps_the_pattern(slug):
-    c = MODELS[slug].config
+@pytest.mark.parametrize("slug, index", sorted(
+    (s, i) for s, m in MODELS.items() for i, t in enumerate(m.model.counted)
+    if not isinstance(t.config, LatentAttentionConfig)))
+def test_twin_keeps_the_pattern(slug, index):
+    c = MODELS[slug].model.counted[index].config
     t = census.twin(c)
-    assert t.d_model <= 16 and count(t).total <= census.TWIN_MAX_PARAMS
+    limit = census.TWIN_LARGE_PARAMS if c.output_gate else census.TWIN_MAX_PARAMS
+    assert t.d_model <= 16 and count(t).total <= limit
     assert t.group_size == min(c.group_size, 8)
     assert (t.n_kv_heads == t.n_heads) == (c.n_kv_heads == c.n_heads)
     sizes = set(census.SIZE_FIELDS) | {"rope_base", "kv_latent"}    # what a twin may rescale

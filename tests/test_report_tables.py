@@ -17,4 +17,7 @@ def test_every_variant_field_is_named():
 
 
 def test_format_share_two_decimals():
-    assert format_share(36, 144) == "25.00%" and format_share(65, 654336) == "0.01%"
+    assert format_share(36, 144) == "25.00%" and format_share(66, 654336) == "0.01%"
+    # below 0.01%: two significant digits, never a misleading "0.00%" or a rounded-up "0.01%"
+    assert format_share(65, 654336) == "0.0099%" and format_share(754, 27263488) == "0.0028%"
+    assert format_share(0, 10) == "0.00%"

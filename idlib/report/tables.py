@@ -59,10 +59,12 @@ def format_fraction(numerator: int, denominator: int) -> str:
 
 
 def format_share(unidentified: int, total: int) -> str:
-    """The unidentified share U/P as a percentage with two decimals, '12.50%' (the book's one way)."""
+    """The unidentified share U/P as a percentage with two decimals, '12.50%' (the book's one way);
+    a share below 0.01% (but not 0) with two significant digits, '0.0028%'."""
     if total <= 0:
         raise ValueError(f"total={total} must be positive")
-    return f"{100 * unidentified / total:.2f}%"
+    share = 100 * unidentified / total
+    return f"{share:.2g}%" if 0 < share < 0.01 else f"{share:.2f}%"
 
 
 def layer_text(config: AttentionConfig | LatentAttentionConfig) -> str:

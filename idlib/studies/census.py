@@ -33,7 +33,8 @@ from ..verdict import measure_and_check
 from .. import variants
 from ..config import RULES, AttentionConfig, ConfigError, LatentAttentionConfig
 from ..counting import check_derived, count
-from ..hf import config_from_hf
+from ..hf import model_from_hf
+from ..model import Model, count_model
 from ..report.tables import format_share
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "data" / "configs"
@@ -56,9 +57,10 @@ class CensusModel:
     model_type: str
     n_layers: int
     hf: dict[str, Any] = field(repr=False)
-    config: AttentionConfig | LatentAttentionConfig | None
+    config: AttentionConfig | LatentAttentionConfig | None   # the layer, when every layer is alike
     status: str                 # "exact" or "not representable"
     reason: str = ""            # why a row is not representable
+    model: Model | None = None  # every layer, by type (idlib.model)
 
     @property
     def path(self) -> Path:
@@ -71,10 +73,12 @@ def _text_config(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _build(data: dict[str, Any], name: str) -> tuple[AttentionConfig | LatentAttentionConfig | None, str, str]:
-    """(config, status, reason) for one HF config dict."""
+def _build(data: dict[str, Any], name: str) -> tuple[Model | None, str, str]:
+    """(model, status, reason) for one HF config dict: every layer read, by type."""
     try:
-        return config_from_hf(data), "exact", ""
+        model = model_from_hf(data)
+        count_model(model)                   # every counted type derived, or refused here
+        return model, "exact", ""
     except ConfigError as e:
         return None, "not representable", str(e)
 
@@ -83,14 +87,16 @@ def load_model(path: str | Path) -> CensusModel:
     path = Path(path)
     data = json.loads(path.read_text())
     text = _text_config(data)
-    cfg, status, reason = _build(data, path.name)
+    model, status, reason = _build(data, path.name)
+    cfg = model.counted[0].config if model is not None and model.uniform else None
     return CensusModel(
         slug=path.stem, name=data.get("_name", path.stem), source=data.get("_source", ""),
         checked_against=data.get("_checked_against", ""), confirmed=bool(data.get("_confirmed", False)),
         unconfirmed_fields=tuple(data.get("_unconfirmed_fields", ())), notes=data.get("_notes", ""),
         model_type=str(text.get("model_type") or data.get("model_type", "")),
-        n_layers=int(text.get("num_hidden_layers") or text.get("n_layer") or 1),
-        hf=data, config=cfg, status=status, reason=reason)
+        n_layers=model.n_layers if model is not None else
+        int(text.get("num_hidden_layers") or text.get("n_layer") or 1),
+        hf=data, config=cfg, status=status, reason=reason, model=model)
 
 
 def load_models(directory: str | Path = CONFIG_DIR) -> list[CensusModel]:
@@ -132,35 +138,64 @@ def design_effects(config: AttentionConfig | LatentAttentionConfig) -> dict[str,
     return out
 
 
+def _model_effects(model: Model) -> dict[str, tuple[int, int] | None]:
+    """(U, P) of the whole model (its counted layers) with each design choice undone in every layer
+    type that uses it (the others as they are); None when no type uses it."""
+    out: dict[str, tuple[int, int] | None] = {}
+    per_type = [(len(t.layers), t.config, design_effects(t.config)) for t in model.counted]
+    for key in ("without_rope", "without_grouping", "without_qk_norm"):
+        if all(effects[key] is None for _, _, effects in per_type):
+            out[key] = None
+            continue
+        U = P = 0
+        for n, config, effects in per_type:
+            u, p = effects[key] if effects[key] is not None else _share(config)
+            U, P = U + n * u, P + n * p
+        out[key] = (U, P)
+    return out
+
+
 def census_row(model: CensusModel) -> dict[str, Any]:
     """One row of the census (integers exact; shares as floats U / P, and as printed by
-    ``format_share`` in ``share_text``; None where not applicable)."""
+    ``format_share`` in ``share_text``; None where not applicable).  A model whose layers differ
+    is counted type by type (``types``); its per-layer columns are None and its shares are those
+    of its counted layers together; layers that are not softmax attention are not counted
+    (``not_counted``)."""
     row: dict[str, Any] = {
         "slug": model.slug, "name": model.name, "model_type": model.model_type,
         "layers": model.n_layers, "status": model.status, "reason": model.reason,
         "source": model.source, "confirmed": model.confirmed,
         "unconfirmed_fields": list(model.unconfirmed_fields)}
-    cfg = model.config
-    if cfg is None:
+    m = model.model
+    if m is None:
         row.update({k: None for k in ("config", "per_layer_total", "per_layer_identified",
                                       "per_layer_unidentified", "total", "identified",
                                       "unidentified", "share", "share_without_rope",
-                                      "share_without_grouping", "share_without_qk_norm")})
+                                      "share_without_grouping", "share_without_qk_norm",
+                                      "types", "counted_layers", "not_counted")})
         row["share_text"] = {k: "-" for k in SHARE_KEYS}
         return row
-    c = count(cfg)
-    L = model.n_layers
-    effects = design_effects(cfg)
+    mc = count_model(m)
+    effects = _model_effects(m)
+    uniform = model.config is not None
+    c = count(model.config) if uniform else None
     row.update({
-        "config": cfg.to_dict(),
-        "per_layer_total": c.total, "per_layer_identified": c.identified,
-        "per_layer_unidentified": c.unidentified,
-        "total": L * c.total, "identified": L * c.identified, "unidentified": L * c.unidentified,
-        "share": c.ratio,
+        "config": model.config.to_dict() if uniform else None,
+        "per_layer_total": c.total if uniform else None,
+        "per_layer_identified": c.identified if uniform else None,
+        "per_layer_unidentified": c.unidentified if uniform else None,
+        "total": mc.total, "identified": mc.identified, "unidentified": mc.unidentified,
+        "counted_layers": mc.counted_layers,
+        "types": [{"layers": list(t.layers), "label": t.label, "config": t.config.to_dict(),
+                   "per_layer_total": k.total, "per_layer_unidentified": k.unidentified,
+                   "share_text": format_share(k.unidentified, k.total)} for t, k in mc.counts],
+        "not_counted": [{"layers": list(t.layers), "label": t.label, "reason": t.reason}
+                        for t in m.types if t.config is None],
+        "share": mc.ratio,
         "share_without_rope": _ratio(effects["without_rope"]),
         "share_without_grouping": _ratio(effects["without_grouping"]),
         "share_without_qk_norm": _ratio(effects["without_qk_norm"]),
-        "share_text": {"share": format_share(c.unidentified, c.total),
+        "share_text": {"share": format_share(mc.unidentified, mc.total),
                        **{"share_" + k: "-" if v is None else format_share(*v)
                           for k, v in effects.items()}}})
     return row
@@ -189,9 +224,14 @@ CENSUS_COLUMNS = ("model", "layers", "params/layer", "params (all layers)", "uni
 def table_cells(row: dict[str, Any]) -> list[str]:
     """The printed cells of one row, in the order of :data:`CENSUS_COLUMNS`."""
     mark = {"exact": "", "not representable": " (not counted)"}
+    layers = str(row["layers"])
+    if row.get("counted_layers") is not None and row["counted_layers"] != row["layers"]:
+        layers = f"{row['counted_layers']} of {row['layers']}"
+    by_type = row.get("types") and row["per_layer_total"] is None
     return [row["name"] + mark[row["status"]] + ("" if row["confirmed"] else " *"),
-            str(row["layers"]), _big(row["per_layer_total"]), _big(row["total"]),
-            _big(row["per_layer_unidentified"]), *(row["share_text"][k] for k in SHARE_KEYS)]
+            layers, "by type" if by_type else _big(row["per_layer_total"]), _big(row["total"]),
+            "by type" if by_type else _big(row["per_layer_unidentified"]),
+            *(row["share_text"][k] for k in SHARE_KEYS)]
 
 
 def format_census(rows: list[dict[str, Any]]) -> str:
@@ -201,8 +241,17 @@ def format_census(rows: list[dict[str, Any]]) -> str:
     fmt = lambda line: "  ".join(  # noqa: E731
         cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths)))
     lines = [fmt(body[0]), "-" * len(fmt(body[0]))] + [fmt(line) for line in body[1:]]
-    lines.append("share = unidentified / total parameters of one attention layer (the same for "
-                 "every layer); '-' = the model does not use that design choice.")
+    lines.append("share = unidentified / total parameters of the counted attention layers (one "
+                 "layer's share when every layer is alike); '-' = the model does not use that design "
+                 "choice.")
+    for r in rows:
+        if r.get("types") and r["per_layer_total"] is None:
+            for t in r["types"]:
+                lines.append(f"{r['name']}, {t['label']}: {_big(t['per_layer_total'])} parameters, "
+                             f"{_big(t['per_layer_unidentified'])} unidentified per layer "
+                             f"({t['share_text']})")
+        for t in r.get("not_counted") or ():
+            lines.append(f"{r['name']}, {t['label']}: not counted ({t['reason']})")
     if any(not r["confirmed"] for r in rows):
         lines.append("* some config values were read from third-party copies only "
                      "(see the file's _unconfirmed_fields).")
@@ -221,6 +270,7 @@ def census_table(directory: str | Path = CONFIG_DIR) -> str:
 
 TWIN_WIDTHS = range(8, 17)
 TWIN_MAX_PARAMS = 1200
+TWIN_LARGE_PARAMS = 2048        # idlib.rank.AUTO_DENSE_MAX_PARAMS: a twin keeps its full spectrum
 
 
 def _pattern(config: AttentionConfig) -> list[tuple[int, int]]:
@@ -241,14 +291,16 @@ def _twin_latent(C: int, config: AttentionConfig, k: int, d: int) -> int:
 
 
 def twin(config: AttentionConfig, widths: range = TWIN_WIDTHS,
-         max_params: int = TWIN_MAX_PARAMS) -> AttentionConfig:
+         max_params: int | None = None) -> AttentionConfig:
     """A small layer with the same head/group pattern, rotary share, biases and norms.
 
     Keeps: group size m = H/G (capped at 8; G = H stays G = H), the query width relative to the
     model width H k / d (as closely as small integers allow), v / k, and every field that is not
     a size (``SIZE_FIELDS``): the rotary share r / k, the RoPE base, the biases, the causal mask
     and every variant (QK-norm, soft-cap, sinks, ...; the latent width relative to d).  A layer
-    using a variant whose row does not declare "twin" has none (ConfigError).  Among the candidates with the closest H k / d it prefers more
+    using a variant whose row does not declare "twin" has none (ConfigError).  ``max_params``:
+    at most TWIN_MAX_PARAMS, or, when no twin fits (a gated layer of groups of 8: its gate is a
+    second query projection), at most TWIN_LARGE_PARAMS (still the dense route's size).  Among the candidates with the closest H k / d it prefers more
     heads, then fewer parameters.
     """
     target = config.n_heads * config.head_dim / config.d_model
@@ -283,12 +335,14 @@ def twin(config: AttentionConfig, widths: range = TWIN_WIDTHS,
                 except (ConfigError, TypeError):
                     continue
                 p = n_params(cand)
-                if p > max_params:
+                if p > (TWIN_MAX_PARAMS if max_params is None else max_params):
                     continue
                 key = (round(abs(math.log(H * k / d / target)), 9), -H, p, d)
                 if best is None or key < best[0]:
                     best = (key, cand)
     if best is None:
+        if max_params is None:
+            return twin(config, widths, TWIN_LARGE_PARAMS)
         raise ConfigError(f"no twin of {config} with d_model in {widths.start}..{widths.stop - 1} "
                           f"and at most {max_params} parameters")
     return best[1]
@@ -304,8 +358,11 @@ def twin_checks(models: list[CensusModel], seeds: tuple[int, ...] = (0,)) -> lis
     """One check per distinct twin (models whose twins coincide share it), over ``seeds``."""
     groups: dict[AttentionConfig, list[str]] = {}
     for m in models:
-        if isinstance(m.config, AttentionConfig):       # latent twins: on the real module (ch. 9)
-            groups.setdefault(twin(m.config), []).append(m.name)
+        types = m.model.counted if m.model is not None else ()
+        for t in types:
+            if isinstance(t.config, AttentionConfig):   # latent twins: on the real module (ch. 9)
+                name = m.name if len(types) == 1 else f"{m.name} ({t.label})"
+                groups.setdefault(twin(t.config), []).append(name)
     out = []
     for t, names in groups.items():
         runs = [_check_twin(t, seed) for seed in seeds]
