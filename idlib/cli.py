@@ -25,10 +25,12 @@ from .config import (MAX_SEED, QK_NORMS, AttentionConfig, ConfigError, LatentAtt
                      read_json, show)
 from .counting import count
 from .fastrank import applicable
-from .hf import attention_fields_from_hf, is_hf, is_latent, latent_fields_from_hf
+from .hf import is_hf, model_from_data
+from .model import LayerType, Model, count_model
 from .rank import (AUTO_DENSE_MAX_PARAMS, DENSE_FALLBACK_MAX_PARAMS, default_n_sequences,
                    default_seq_len)
 from .verdict import measure_and_check
+from .report.tables import format_share
 from .studies.census import census_rows, format_census
 
 PROG = "idlib"
@@ -197,9 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 # -- building the config -------------------------------------------------------------------
 
-def file_layer(path: str, family: str | None = None) -> dict[str, Any] | LatentAttentionConfig:
+def file_layer(path: str, family: str | None = None) -> dict[str, Any] | Model:
     """What a config file says (the file is read once): the AttentionConfig fields it sets
-    explicitly, or the whole layer when it is multi-head latent attention (DeepSeek).
+    explicitly, or, for a Hugging Face config, the whole model by layer type (``idlib.model``).
 
     ``family`` names the family of a Hugging Face config whose model_type is unknown.
     """
@@ -207,35 +209,55 @@ def file_layer(path: str, family: str | None = None) -> dict[str, Any] | LatentA
     if not is_hf(data, family):
         return check_fields(data, name)
     try:
-        if is_latent(data, name, family):
-            return LatentAttentionConfig(**latent_fields_from_hf(data, name, family))
-        fields_ = attention_fields_from_hf(data, name, family=family)
+        return model_from_data(data, name, family)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         if isinstance(e, ConfigError):
             raise
         raise ConfigError(f"config file {name!r}: not a readable Hugging Face config "
                           f"({type(e).__name__}: {e})") from None
-    return {k: v for k, v in fields_.items() if v is not None}
+
+
+Layer = AttentionConfig | LatentAttentionConfig
+
+
+def model_from_args(args: argparse.Namespace) -> tuple[Model | None, list[Layer]]:
+    """(the model a Hugging Face --config describes, or None; the layers to count: one per counted
+    layer type, the flags applied to each).  Raises ConfigError / UsageError on bad input."""
+    if args.family is not None and args.config is None:
+        raise UsageError("--family names the family of a --config file; give --config FILE")
+    read = {} if args.config is None else file_layer(args.config, args.family)
+    given = {name: getattr(args, name) for name in FLAG_OF if getattr(args, name) is not None}
+    if isinstance(given.get("bias"), str) and given["bias"].strip().lower() in ("none", "-"):
+        given["bias"] = ""
+    if not isinstance(read, Model):
+        values = dict(read, **given)
+        if "d_model" not in values:
+            raise UsageError("the model width is required: give --d-model D or --config FILE")
+        return None, [AttentionConfig(**values)]
+    layers = []
+    for t in read.counted:
+        if isinstance(t.config, LatentAttentionConfig):
+            if given:
+                raise UsageError(f"{FLAG_OF[next(iter(given))]} cannot change a multi-head latent "
+                                 "attention layer (its fields are not AttentionConfig's); edit the "
+                                 "config file")
+            layers.append(t.config)
+        else:
+            layers.append(AttentionConfig(**(t.config.explicit() | given)))
+    if not layers:
+        raise ConfigError(f"{read.name}: no layer is softmax attention ({read.types[0].reason})")
+    types = tuple(LayerType(t.layers, c) for t, c in zip(read.counted, layers)) + \
+        tuple(t for t in read.types if t.config is None)
+    return Model(read.name, read.family, read.n_layers, types, read.layers_given), layers
 
 
 def config_from_args(args: argparse.Namespace) -> AttentionConfig | LatentAttentionConfig:
-    """The layer the arguments describe (raises ConfigError / UsageError on bad input)."""
-    if args.family is not None and args.config is None:
-        raise UsageError("--family names the family of a --config file; give --config FILE")
-    values = {} if args.config is None else file_layer(args.config, args.family)
-    given = [name for name in FLAG_OF if getattr(args, name) is not None]
-    if isinstance(values, LatentAttentionConfig):
-        if given:
-            raise UsageError(f"{FLAG_OF[given[0]]} cannot change a multi-head latent attention layer "
-                             "(its fields are not AttentionConfig's); edit the config file")
-        return values
-    for name in given:
-        values[name] = getattr(args, name)
-    if isinstance(values.get("bias"), str) and values["bias"].strip().lower() in ("none", "-"):
-        values["bias"] = ""
-    if "d_model" not in values:
-        raise UsageError("the model width is required: give --d-model D or --config FILE")
-    return AttentionConfig(**values)
+    """The one layer the arguments describe (a model whose layers differ is refused here)."""
+    model, layers = model_from_args(args)
+    if len(layers) > 1:
+        raise UsageError(f"{model.name}: its layers differ ({len(layers)} types); count the whole "
+                         "model with `idlib count --config`")
+    return layers[0]
 
 
 def available_memory() -> int:
@@ -322,6 +344,44 @@ def verify_report(config: AttentionConfig, seed: int, attempts: int = 1,
     return out
 
 
+def model_report(model: Model) -> dict[str, Any]:
+    """The count of a model whose layers differ: the model's totals at the top (total, identified,
+    unidentified, ratio over its counted layers) and each layer type's count in ``layer_types``."""
+    mc = count_model(model)
+    counts = dict(mc.counts)
+    out = {k: v for k, v in mc.to_dict().items() if k != "layer_types"}
+    out["layer_types"] = [
+        {"layers": list(t.layers), "label": t.label,
+         **({"not_counted": t.reason} if t.config is None else
+            {**counts[t].to_dict(), "config": t.config.to_dict()})}
+        for t in model.types]
+    return out
+
+
+def model_line(m: dict[str, Any]) -> str:
+    """'model: 32 layers x 41,943,040 = 1,342,177,280 parameters, 4,227,072 unidentified (0.31%)'."""
+    counted = m["counted_layers"]
+    layers = f"{counted} of {m['n_layers']} layers" if counted != m["n_layers"] else \
+        f"{m['n_layers']} layers"
+    given = "" if m["n_layers_given"] else " (num_hidden_layers not in the file: one assumed)"
+    return (f"model: {layers}{given}, {m['total']:,} parameters, {m['unidentified']:,} unidentified "
+            f"(share {format_share(m['unidentified'], m['total'])})")
+
+
+def format_model(report: dict[str, Any]) -> str:
+    """Each layer type (its layer, its count table) and the model's totals."""
+    parts = []
+    for t in report["layer_types"]:
+        if "not_counted" in t:
+            parts.append(f"{t['label']}: not counted ({t['not_counted']})")
+            continue
+        config = AttentionConfig(**t["config"]) if "nope_dim" not in t["config"] else \
+            LatentAttentionConfig(**t["config"])
+        parts.append(f"{t['label']}: {_config_line(config)}\n{format_count(t)}")
+    parts.append(model_line(report))
+    return "\n\n".join(parts)
+
+
 def _config_line(config: AttentionConfig | LatentAttentionConfig) -> str:
     d = config.to_dict()
     return type(config).__name__ + "(" + ", ".join(f"{k}={v!r}" for k, v in d.items()) + ")"
@@ -338,7 +398,7 @@ def format_count(report: dict[str, Any]) -> str:
             lines.append("-" * len(lines[0]))
         lines.append(f"{name:<10} {t:>{w}} {idf:>{w}} {un:>{w}}")
     frac = Fraction(report["unidentified"], report["total"])
-    lines.append(f"unidentified ratio {report['ratio']:.6f} (= {frac})")
+    lines.append(f"unidentified share {report['ratio']:.6f} (= {frac})")
     return "\n".join(lines)
 
 
@@ -407,21 +467,38 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "verify" and args.implementation == "transformers":
         return verify_implementation(args)          # reads --config itself (once)
-    config = config_from_args(args)
+    model, layers = model_from_args(args)
     if args.command == "count":
-        report = count_report(config)
+        if model is not None and len(layers) > 1:
+            report = model_report(model)
+            print(json.dumps(report, allow_nan=False) if args.json else format_model(report))
+            return 0
+        report = count_report(layers[0])
+        if model is not None:
+            report["model"] = count_model(model).to_dict()
         print(json.dumps(report, allow_nan=False) if args.json else
-              _config_line(config) + "\n" + format_count(report))
+              _config_line(layers[0]) + "\n" + format_count(report)
+              + ("" if model is None else "\n" + model_line(report["model"])))
         return 0
-    count(config)                     # a layer whose count is not derived: refused before measuring
-    if isinstance(config, LatentAttentionConfig):
-        raise UsageError("multi-head latent attention is measured on its transformers module: "
-                         "add --implementation transformers")
-    check_verify_args(args, config)
-    report = verify_report(config, args.seed, args.attempts, args.spread_from)
-    print(json.dumps(report, allow_nan=False) if args.json else
-          _config_line(config) + "\n" + format_verify(report))
-    return 0 if report["agrees"] else 1
+    for config in layers:
+        count(config)                 # a layer whose count is not derived: refused before measuring
+        if isinstance(config, LatentAttentionConfig):
+            raise UsageError("multi-head latent attention is measured on its transformers module: "
+                             "add --implementation transformers")
+        check_verify_args(args, config)
+    reports = [verify_report(c, args.seed, args.attempts, args.spread_from) for c in layers]
+    if len(reports) == 1:
+        print(json.dumps(reports[0], allow_nan=False) if args.json else
+              _config_line(layers[0]) + "\n" + format_verify(reports[0]))
+    else:
+        labels = [t.label for t in model.counted]
+        combined = {"layer_types": [dict(r, layers=list(t.layers)) for r, t in
+                                    zip(reports, model.counted)],
+                    "agrees": all(r["agrees"] for r in reports)}
+        print(json.dumps(combined, allow_nan=False) if args.json else "\n\n".join(
+            f"{label}\n{_config_line(c)}\n{format_verify(r)}"
+            for label, c, r in zip(labels, layers, reports)))
+    return 0 if all(r["agrees"] for r in reports) else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -329,7 +329,7 @@ HARMLESS = {
     "window_size": "see sliding_window",
     "rms_norm_eps": "the block's norms (outside the attention layer; chapter 9 for QK-norm eps)",
     "layer_norm_eps": "the block's norms", "layer_norm_epsilon": "the block's norms",
-    "norm_epsilon": "the block's norms",
+    "norm_epsilon": "the block's norms", "norm_eps": "the block's norms",
     "mlp_bias": "the MLP, not attention", "use_parallel_residual": "the block, not attention",
     "parallel_attn": "the block, not attention",
     "apply_residual_connection_post_layernorm": "the block, not attention",
@@ -511,7 +511,7 @@ def _check_unread(text: dict[str, Any], fam: Family, name: str) -> None:
         known.add(fam.qk_norm_flag[0])
     for key in sorted(text):
         last = key.rpartition(".")[2]
-        if key.startswith("_") or key in known or last in HARMLESS or not _SUSPECT.search(key):
+        if last.startswith("_") or key in known or last in HARMLESS or not _SUSPECT.search(last):
             continue
         raise ConfigError(f"{name}: field {key!r} is not read for this family and could change the "
                           "attention function; it is refused, never ignored")
@@ -754,6 +754,11 @@ def model_from_hf(source: Any, family: str | None = None) -> Model:
     model_type the reader does not know.
     """
     return _model(*_load(source), family)
+
+
+def model_from_data(data: Any, name: str = "config", family: str | None = None) -> Model:
+    """``model_from_hf`` of already-parsed JSON, with the file's name for messages."""
+    return _model(data, name, family)
 
 
 def _model(data: Any, name: str, family: str | None) -> Model:

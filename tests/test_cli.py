@@ -168,7 +168,7 @@ def test_count_table(capsys):
     rows = {l.split()[0]: l.split()[1:] for l in lines[2:] if l and l[0].isalpha() and len(l.split()) == 4}
     assert rows["qk"] == ["128", "96", "32"] and rows["b_K"] == ["8", "0", "8"]
     assert rows["total"] == ["288", "208", "80"]
-    assert lines[-1] == "unidentified ratio 0.277778 (= 5/18)"
+    assert lines[-1] == "unidentified share 0.277778 (= 5/18)"
 
 
 def test_config_file_and_overrides(tmp_path, capsys, monkeypatch):
