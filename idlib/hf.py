@@ -329,7 +329,7 @@ HARMLESS = {
     "window_size": "see sliding_window",
     "rms_norm_eps": "the block's norms (outside the attention layer; chapter 9 for QK-norm eps)",
     "layer_norm_eps": "the block's norms", "layer_norm_epsilon": "the block's norms",
-    "norm_epsilon": "the block's norms", "norm_eps": "the block's norms",
+    "norm_epsilon": "the block's norms", "norm_eps": "the block's norms", "norm_type": "the block's norms",
     "mlp_bias": "the MLP, not attention", "use_parallel_residual": "the block, not attention",
     "parallel_attn": "the block, not attention",
     "apply_residual_connection_post_layernorm": "the block, not attention",
