@@ -21,9 +21,11 @@ Multi-head latent attention (DeepSeek V2, V3) is not an AttentionConfig layer:
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -296,6 +298,12 @@ FAMILIES: dict[str, Family] = {
     "ernie4_5": Family(bias_flags=(("use_bias", "qkvo", False),), head_dim_default=128, kv_default=2,
                        rope_theta=500000.0, note="interleaved RoPE pairs"),
 }
+# transformers 5.23's model types that are not families: read as a family (same attention code,
+# same fields and defaults: "same_as"), or the reason they are not read (idlib/data/model_types.json)
+MODEL_TYPES: dict[str, dict[str, Any]] = json.loads(
+    (Path(__file__).parent / "data" / "model_types.json").read_text())["model_types"]
+ALIASES = {mt: rec["family"] for mt, rec in MODEL_TYPES.items() if rec["kind"] == "same_as"}
+
 # multimodal configs: the family of a text_config that does not name its own model_type
 TEXT_FAMILY = {"gemma3": "gemma3_text", "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text",
                "llava": "llama", "llava_next": "llama", "mistral3": "mistral", "paligemma": "gemma",
@@ -446,12 +454,30 @@ def family_of(data: Any, name: str = "config", family: str | None = None) -> tup
             raise ConfigError(f"{name}: model_type {mt!r} is a family the reader knows; it is read as "
                               f"itself, never as family {key!r} (drop --family)")
         return text, key, FAMILIES[key]
+    if mt in ALIASES:
+        return text, ALIASES[mt], FAMILIES[ALIASES[mt]]
     if mt not in FAMILIES:
-        what = f"model_type {mt!r}" if mt else "no model_type"
-        raise ConfigError(f"{name}: {what} is not a family the reader knows; the attention function "
-                          "is never guessed (name the family with --family, e.g. --family llama, "
-                          f"if it is one of: {', '.join(sorted(FAMILIES))})")
+        raise ConfigError(f"{name}: {unread_reason(mt)}")
     return text, mt, FAMILIES[mt]
+
+
+def unread_reason(model_type: str) -> str:
+    """Why a model_type that is not a family is not read (the survey of transformers' model types,
+    ``MODEL_TYPES``): not derived (the mechanism named), no text softmax attention, derivable but
+    no reader row yet (read it with --family), or unknown to transformers 5.23 (never guessed)."""
+    rec = MODEL_TYPES.get(model_type)
+    what = f"model_type {model_type!r}" if model_type else "no model_type"
+    if rec is None:
+        return (f"{what} is not a family the reader knows; the attention function is never guessed "
+                "(name the family with --family, e.g. --family llama, if it is one of: "
+                f"{', '.join(sorted(FAMILIES))})")
+    if rec["kind"] == "refused":
+        return f"{what}: its attention is not derived ({rec['why']})"
+    if rec["kind"] == "none":
+        return f"{what} has no text softmax attention layer to count ({rec['why']})"
+    return (f"{what} has no reader row of its own (its attention: {rec['why']}); the attention "
+            f"function is never guessed: name the family whose code and fields it shares with "
+            f"--family, e.g. --family {rec.get('like') or 'llama'}")
 
 
 def _flatten(text: dict[str, Any], fam: Family, name: str) -> dict[str, Any]:
