@@ -140,18 +140,35 @@ def _llama4_layers(text: dict[str, Any], n_layers: int, name: str) -> list[dict[
             for o in _no_rope_layers(text, n_layers, name)]
 
 
+def _pattern_types(text: dict[str, Any], n_layers: int, name: str) -> list[str]:
+    """``layer_types``, or (absent) the config class's default from ``sliding_window_pattern``: an
+    integer p (default 4) makes every p-th layer full attention, a string such as "LLLG" gives the
+    pattern letter by letter (L sliding, G global), repeated."""
+    if text.get("layer_types") is not None:
+        return _layer_types(text, n_layers, name, ("sliding_attention", "full_attention"))
+    pattern = text.get("sliding_window_pattern", 4)
+    if isinstance(pattern, str) and pattern and set(pattern) <= {"L", "G"}:
+        return ["sliding_attention" if pattern[i % len(pattern)] == "L" else "full_attention"
+                for i in range(n_layers)]
+    p = _integer(name, "sliding_window_pattern", pattern)
+    if p < 1:
+        raise ConfigError(f"{name}: field 'sliding_window_pattern'={pattern!r} must be at least 1 "
+                          "(or a string of L and G)")
+    return ["sliding_attention" if (i + 1) % p else "full_attention" for i in range(n_layers)]
+
+
 def _cohere2_layers(text: dict[str, Any], n_layers: int, name: str) -> list[dict[str, Any]]:
     """Cohere2Attention rotates only on sliding layers, and only when sliding_window is set."""
-    types = _layer_types(text, n_layers, name, ("sliding_attention", "full_attention"))
+    types = _pattern_types(text, n_layers, name)
     window = text.get("sliding_window") is not None
     return [{} if t == "sliding_attention" and window else {"rope_fraction": 0.0} for t in types]
 
 
 def _exaone4_layers(text: dict[str, Any], n_layers: int, name: str) -> list[dict[str, Any]]:
     """Exaone4Attention rotates when sliding_window is unset, else only on sliding layers."""
-    types = _layer_types(text, n_layers, name, ("sliding_attention", "full_attention"))
     if text.get("sliding_window") is None:
         return [{}] * n_layers
+    types = _pattern_types(text, n_layers, name)
     return [{} if t == "sliding_attention" else {"rope_fraction": 0.0} for t in types]
 
 
@@ -228,7 +245,7 @@ FAMILIES: dict[str, Family] = {
     "cohere": Family(bias_flags=_LLAMA_BIAS, rope_theta=500000.0, reads=("logit_scale",),
                      qk_norm_flag=("use_qk_norm", "layernorm", False), note="interleaved RoPE pairs"),
     "cohere2": Family(bias_flags=_LLAMA_BIAS, kv_default=64, head_dim_default=128, layers=_cohere2_layers,
-                      n_layers_default=40, reads=("layer_types", "logit_scale"),
+                      n_layers_default=40, reads=("layer_types", "sliding_window_pattern", "logit_scale"),
                       note="interleaved RoPE pairs, only on sliding layers (full layers: no RoPE)"),
     "starcoder2": Family(bias_flags=(("use_bias", "qkvo", True),), kv_default=2),
     "glm": Family(bias_flags=(("attention_bias", "qkv", True),), kv_default=2, head_dim_default=128,
@@ -285,7 +302,8 @@ FAMILIES: dict[str, Family] = {
                                  "attention_chunk_size"),
                           note="NoPE every no_rope_layer_interval-th layer; weightless L2 QK-norm on "
                                "the RoPE layers; interleaved RoPE pairs"),
-    "exaone4": Family(qk_norm="gain", kv_default=32, layers=_exaone4_layers, n_layers_default=32, reads=("layer_types",),
+    "exaone4": Family(qk_norm="gain", kv_default=32, layers=_exaone4_layers, n_layers_default=32,
+                      reads=("layer_types", "sliding_window_pattern"),
                       note="QK-norm with gains; with a sliding window, RoPE only on sliding layers"),
     "ministral": Family(kv_default=8, layers=_window_layers, reads=("layer_types",)),
     "granitemoe": Family(bias_flags=_LLAMA_BIAS, kv_default=32, reads=("attention_multiplier",)),

@@ -154,6 +154,7 @@ class Variant:
     refuse: Callable[[Config], str | None] | None = None
     capabilities: frozenset[str] = frozenset()
     mode: Callable[[Config], Mode] | None = None
+    modes: tuple[Mode, ...] = ()          # every mode of a row with modes
     forgives_row_constants: bool = True   # softmax still forgives a constant added to a score row
     text: Callable[[Config], str] = lambda config: ""
     chapter: str = ""

@@ -145,5 +145,6 @@ ROW = Variant(
     active=lambda config: config.qk_norm != "none",
     forward={"normalise": normalise},
     count={"fibers": fibers, "components": components},
-    shapes=shapes, axes=axes, refuse=refuse, mode=mode, forgives_row_constants=False,
+    shapes=shapes, axes=axes, refuse=refuse, mode=mode, modes=tuple(MODES.values()),
+    forgives_row_constants=False,
     text=lambda config: f"QK-norm {config.qk_norm}", chapter="chapters 7, 9")
