@@ -318,8 +318,9 @@ FAMILIES: dict[str, Family] = {
 }
 # transformers 5.23's model types that are not families: read as a family (same attention code,
 # same fields and defaults: "same_as"), or the reason they are not read (idlib/data/model_types.json)
-MODEL_TYPES: dict[str, dict[str, Any]] = json.loads(
-    (Path(__file__).parent / "data" / "model_types.json").read_text())["model_types"]
+_SURVEY = json.loads((Path(__file__).parent / "data" / "model_types.json").read_text())
+MODEL_TYPES: dict[str, dict[str, Any]] = _SURVEY["model_types"]
+MODEL_TYPES_VERSION: str = _SURVEY["_transformers"]
 ALIASES = {mt: rec["family"] for mt, rec in MODEL_TYPES.items() if rec["kind"] == "same_as"}
 
 # multimodal configs: the family of a text_config that does not name its own model_type

@@ -184,16 +184,18 @@ def measure_until_certified(config: AttentionConfig, seed: int = 0, max_attempts
     Attempt i (0-based) measures at seed + i with ``init_params``; from attempt ``spread_from``
     on (None: never) the parameters are ``spread_params`` (query/key weights doubled).  Returns
     the last measurement (the certified one, if any) and every attempt as {seed, qk_scale, rank,
-    gap, certified}.  Legitimate because one certified generic point fixes the generic rank
+    gap, certified}.  ``params`` given: every attempt measures at those parameters (only the inputs
+    change with the seed).  Legitimate because one certified generic point fixes the generic rank
     (appendix, thm-sweep-one-point): an uncertified cut is evidence of nothing, and every
     attempt is returned so that none is hidden; a certified rank that differs from the closed
     form is reported as a disagreement (``idlib.certify.check``), never retried away.
     """
     attempts: list[dict[str, Any]] = []
+    given = measure_kw.pop("params", None)
     for i in range(max(1, max_attempts)):
         s = seed + i
-        spread = spread_from is not None and i >= spread_from
-        params = spread_params(config, s) if spread else None
+        spread = given is None and spread_from is not None and i >= spread_from
+        params = given if given is not None else spread_params(config, s) if spread else None
         m = measure(config, seed=s, params=params, **measure_kw)
         attempts.append({"seed": s, "qk_scale": SPREAD_QK_SCALE if spread else 1.0, "rank": m.rank,
                          "gap": m.gap, "certified": bool(m.certified)})

@@ -3,7 +3,7 @@ Falcon-RW), with BLOOM's head slopes m_h (a geometric sequence, ``alibi_slopes``
 
 Nothing is learned and no parameter is added.  Count (chapter 10, Theorem "ALiBi count"): every
 symmetry of the layer without ALiBi keeps the scores Q_h K_h^T (or changes a row by a constant)
-and so keeps the biased scores too; for slopes outside a proper analytic subset of R^H the
+and so keeps the biased scores too; for slopes outside a set of measure zero in R^H the
 Jacobian rank is that of the layer without ALiBi, so the count is unchanged.  The slopes follow
 the head index: relabelling the query heads is no longer a symmetry.
 """
