@@ -425,29 +425,37 @@ def format_verify(report: dict[str, Any]) -> str:
         f"verdict: {verdict}"])
 
 
+def _implementation_report(label: str, c: Any) -> dict[str, Any]:
+    return {"family": c.label, "layers": label, "config": c.config.to_dict(), "total": c.total,
+            "identified": c.identified, "unidentified": c.unidentified,
+            "numerical": {"rank": c.rank, "n_params": c.n_params, "gap": _finite_or_none(c.gap),
+                          "certified": c.certified, "unidentified": c.measured_unidentified},
+            "agrees": c.agrees}
+
+
 def verify_implementation(args: argparse.Namespace) -> int:
     """verify --implementation transformers: the family's own attention module (idlib.implementations)
-    at a small layer with the file's structure, closed form against its measured rank."""
+    at a small layer with the file's structure, closed form against its measured rank, one per
+    counted layer type of the file."""
     if args.config is None:
         raise UsageError("--implementation transformers needs --config FILE (a Hugging Face config)")
     data, name = read_json(args.config)
-    c = implementations.check_family_of(data, name, args.family, args.seed)
-    report = {"family": c.label, "config": c.config.to_dict(), "total": c.total,
-              "identified": c.identified, "unidentified": c.unidentified,
-              "numerical": {"rank": c.rank, "n_params": c.n_params, "gap": _finite_or_none(c.gap),
-                            "certified": c.certified, "unidentified": c.measured_unidentified},
-              "agrees": c.agrees}
+    checks = implementations.check_model_of(data, name, args.family, args.seed)
+    reports = [_implementation_report(t.label, c) for t, c in checks]
+    agrees = all(c.agrees for _, c in checks)
     if args.json:
-        print(json.dumps(report, allow_nan=False))
+        print(json.dumps(reports[0] if len(reports) == 1 else
+                         {"layer_types": reports, "agrees": agrees}, allow_nan=False))
     else:
-        print(f"{name}: family {c.label}, its transformers module at the small layer\n"
-              f"{_config_line(c.config)}\n"
-              f"{'':<12} {'closed form':>12} {'measured':>12}\n"
-              f"{'identified':<12} {c.identified:>12} {c.rank:>12}\n"
-              f"{'unidentified':<12} {c.unidentified:>12} {c.measured_unidentified:>12}\n"
-              f"gap {format_gap(c.gap)}, {'certified' if c.certified else 'NOT certified'}\n"
-              f"verdict: {'AGREES' if c.agrees else 'DISAGREES'}")
-    return 0 if c.agrees else 1
+        print("\n\n".join(
+            f"{name}: family {c.label}, its transformers module at the small layer\n"
+            + f"{_config_line(c.config)}\n"
+            f"{'':<12} {'closed form':>12} {'measured':>12}\n"
+            f"{'identified':<12} {c.identified:>12} {c.rank:>12}\n"
+            f"{'unidentified':<12} {c.unidentified:>12} {c.measured_unidentified:>12}\n"
+            f"gap {format_gap(c.gap)}, {'certified' if c.certified else 'NOT certified'}\n"
+            f"verdict: {'AGREES' if c.agrees else 'DISAGREES'}" for t, c in checks))
+    return 0 if agrees else 1
 
 
 # -- entry point ---------------------------------------------------------------------------

@@ -160,13 +160,19 @@ def _pattern_types(text: dict[str, Any], n_layers: int, name: str) -> list[str]:
 def _cohere2_layers(text: dict[str, Any], n_layers: int, name: str) -> list[dict[str, Any]]:
     """Cohere2Attention rotates only on sliding layers, and only when sliding_window is set."""
     types = _pattern_types(text, n_layers, name)
-    window = text.get("sliding_window") is not None
+    window = _window_set(text)
     return [{} if t == "sliding_attention" and window else {"rope_fraction": 0.0} for t in types]
+
+
+def _window_set(text: dict[str, Any]) -> bool:
+    """Whether the layers have a sliding window: an absent ``sliding_window`` takes the config
+    class's default (4096 for Cohere2 and EXAONE 4), an explicit null means none."""
+    return "sliding_window" not in text or text["sliding_window"] is not None
 
 
 def _exaone4_layers(text: dict[str, Any], n_layers: int, name: str) -> list[dict[str, Any]]:
     """Exaone4Attention rotates when sliding_window is unset, else only on sliding layers."""
-    if text.get("sliding_window") is None:
+    if not _window_set(text):
         return [{}] * n_layers
     types = _pattern_types(text, n_layers, name)
     return [{} if t == "sliding_attention" else {"rope_fraction": 0.0} for t in types]

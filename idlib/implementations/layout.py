@@ -4,7 +4,7 @@ weights by a random group element must leave its own forward unchanged (:func:`s
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -23,7 +23,10 @@ class Layout:
     ``q``, ``k``, ``v``: (weight name, bias name or None, output indices (heads, width));
     ``o``: (weight name, bias name or None, input indices (H, v)); ``conv1d``: weights stored
     (in, out) (GPT-2) instead of nn.Linear's (out, in); ``gains``: QK-norm gain names, and
-    whether the norm multiplies by 1 + weight (Gemma)."""
+    whether the norm multiplies by 1 + weight (Gemma, Qwen3-Next); ``perm``: idlib's query/key
+    dim j of a head is the module's dim perm[j] (RoPE on interleaved pairs (2i, 2i+1), idlib's
+    planes being (i, i + r/2)); ``gate``: (weight name, bias name or None, output indices) of
+    the output gate W_G (Qwen3-Next: rows of q_proj); ``sinks``: the sink logits' name."""
 
     q: tuple[str, str | None, torch.Tensor]
     k: tuple[str, str | None, torch.Tensor]
@@ -32,6 +35,9 @@ class Layout:
     conv1d: bool = False
     gains: tuple[str, str] | None = None
     one_plus: bool = False
+    perm: torch.Tensor | None = None
+    gate: tuple[str, str | None, torch.Tensor] | None = None
+    sinks: str | None = None
 
 
 def _rows(n: int, width: int, start: int = 0, stride: int | None = None) -> torch.Tensor:
@@ -39,20 +45,46 @@ def _rows(n: int, width: int, start: int = 0, stride: int | None = None) -> torc
     return start + torch.arange(n)[:, None] * stride + torch.arange(width)[None, :]
 
 
+# families whose RoPE rotates the pairs (2i, 2i+1) of each head (idlib: the planes (i, i + r/2))
+INTERLEAVED = {"helium", "ernie4_5", "cohere", "cohere2", "llama4_text", "codegen", "gptj"}
+
+
+def _pairs(k: int, r: int) -> torch.Tensor:
+    """idlib's dim j -> the module's: j < r/2 -> 2j, r/2 <= j < r -> 2(j - r/2) + 1, j >= r -> j."""
+    j = torch.arange(k)
+    return torch.where(j < r // 2, 2 * j, torch.where(j < r, 2 * (j - r // 2) + 1, j))
+
+
 def layout(built: Built) -> Layout:
-    """The family's parameter layout (separate, GPT-2's Conv1D, fused per head, fused per group)."""
+    """The family's parameter layout (separate, GPT-2's Conv1D, fused per head, fused per group,
+    CodeGen's four blocks, interleaved RoPE pairs, Qwen3-Next's gate rows, GPT-OSS's sinks)."""
+    lay = _layout(built)
+    c = built.config
+    if built.family in INTERLEAVED and c.rotary_dim:
+        perm = _pairs(c.head_dim, c.rotary_dim)
+        lay = replace(lay, q=lay.q[:2] + (lay.q[2][:, perm],), k=lay.k[:2] + (lay.k[2][:, perm],), perm=perm)
+    return lay
+
+
+def _layout(built: Built) -> Layout:
     c, fam = built.config, built.family
     H, G, k, v, m = c.n_heads, c.n_kv_heads, c.head_dim, c.value_dim, c.group_size
     names = parameters(built)
     bias = lambda w: w[: -len("weight")] + "bias" if w[: -len("weight")] + "bias" in names else None  # noqa: E731
     o_name = {"phi": "dense", "bert": "dense", "t5": "o", "gpt_neox": "dense", "persimmon": "dense",
-              "falcon": "dense", "gpt2": "c_proj"}.get(fam, "o_proj") + ".weight"
+              "falcon": "dense", "gpt2": "c_proj", "bloom": "dense", "mpt": "out_proj", "codegen": "out_proj",
+              "gptj": "out_proj"}.get(fam, "o_proj") + ".weight"
     o = (o_name, bias(o_name), _rows(H, v))
-    if fam in ("gpt_neox", "persimmon") or (fam == "falcon" and not built.hf_config.new_decoder_architecture
-                                            and not built.hf_config.multi_query):
+    if fam in ("gpt_neox", "persimmon", "bloom") or (fam == "falcon" and not built.hf_config.new_decoder_architecture
+                                                     and not built.hf_config.multi_query):
         w = "query_key_value.weight"
         rows = _rows(H, k, stride=3 * k)
         return Layout((w, bias(w), rows), (w, bias(w), rows + k), (w, bias(w), rows + 2 * k), o)
+    if fam == "codegen":           # mp_num = 4 blocks, each [q | v | k] of H / 4 heads
+        w, width = "qkv_proj.weight", H * k // 4
+        block, j = torch.arange(H) // (H // 4), torch.arange(H) % (H // 4)
+        base = (block * 3 * width + j * k)[:, None] + torch.arange(k)[None, :]
+        return Layout((w, None, base), (w, None, base + 2 * width), (w, None, base + width), o)
     if fam == "falcon":
         w = "query_key_value.weight"
         if built.hf_config.multi_query and not built.hf_config.new_decoder_architecture:
@@ -62,8 +94,8 @@ def layout(built: Built) -> Layout:
         q = torch.cat([_rows(m, k, g * (m + 2) * k) for g in range(G)])
         kk = _rows(G, k, m * k, (m + 2) * k)
         return Layout((w, bias(w), q), (w, bias(w), kk), (w, bias(w), kk + k), o)
-    if fam in ("gpt2", "phi3"):
-        w = "c_attn.weight" if fam == "gpt2" else "qkv_proj.weight"
+    if fam in ("gpt2", "phi3", "mpt"):
+        w = {"gpt2": "c_attn.weight", "phi3": "qkv_proj.weight", "mpt": "Wqkv.weight"}[fam]
         return Layout((w, bias(w), _rows(H, k)), (w, bias(w), _rows(G, k, H * k)),
                       (w, bias(w), _rows(G, v, H * k + G * k)), o, conv1d=fam == "gpt2")
     sep = {"bert": ("self_attn.query", "self_attn.key", "self_attn.value"), "t5": ("q", "k", "v")}.get(
@@ -71,34 +103,46 @@ def layout(built: Built) -> Layout:
     q, kk, vv = (s + ".weight" for s in sep)
     gains = ("q_norm.weight", "k_norm.weight") if "q_norm.weight" in names else None
     one_plus = gains is not None and getattr(built.module.q_norm, "one_plus", False)
-    return Layout((q, bias(q), _rows(H, k)), (kk, bias(kk), _rows(G, k)), (vv, bias(vv), _rows(G, v)),
-                  o, gains=gains, one_plus=one_plus)
+    q_rows, gate = _rows(H, k), None
+    if c.output_gate:              # Qwen3-Next: per head [query (k) | gate (k)] in q_proj
+        q_rows = _rows(H, k, stride=2 * k)
+        gate = (q, bias(q), q_rows + k)
+    return Layout((q, bias(q), q_rows), (kk, bias(kk), _rows(G, k)), (vv, bias(vv), _rows(G, v)),
+                  o, gains=gains, one_plus=one_plus, gate=gate, sinks="sinks" if c.sinks else None)
 
 
 def to_params(built: Built) -> dict[str, torch.Tensor]:
     """The module's weights as idlib parameters (W_Q (H, d, k), ..., in idlib.attention's layout)."""
     lay, p = layout(built), parameters(built)
     out: dict[str, torch.Tensor] = {}
-    for letter, (w, b, idx) in zip("QKV", (lay.q, lay.k, lay.v)):
+    for letter, (w, b, idx) in _projections(lay):
         W = p[w] if lay.conv1d else p[w].T                         # (d, outputs)
         out["W_" + letter] = torch.stack([W[:, i] for i in idx])
     W = p[lay.o[0]] if lay.conv1d else p[lay.o[0]].T               # (H v, d)
     out["W_O"] = torch.stack([W[i, :] for i in lay.o[2]])
-    for letter, (w, b, idx) in zip("QKVO", (lay.q, lay.k, lay.v, lay.o)):
+    for letter, (w, b, idx) in _projections(lay) + [("O", lay.o)]:
         if b is not None:
             out["b_" + letter] = p[b] if letter == "O" else torch.stack([p[b][i] for i in idx])
     if lay.gains:
         shapes = param_shapes(built.config)
         for name, g in zip(("g_Q", "g_K"), lay.gains):
-            out[name] = (p[g] + 1.0 if lay.one_plus else p[g]).reshape(shapes[name])
+            gain = (p[g] + 1.0 if lay.one_plus else p[g]).reshape(shapes[name])
+            out[name] = gain if lay.perm is None else gain[..., lay.perm]
+    if lay.sinks:
+        out["sinks"] = p[lay.sinks]
     return {name: out[name] for name in param_shapes(built.config)}
+
+
+def _projections(lay: Layout) -> list[tuple[str, tuple[str, str | None, torch.Tensor]]]:
+    """(idlib letter, (weight, bias, output indices)) of the input projections: Q, K, V (and G)."""
+    return list(zip("QKV", (lay.q, lay.k, lay.v))) + ([("G", lay.gate)] if lay.gate else [])
 
 
 def from_params(built: Built, params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The module's parameters with idlib's ``params`` written into them (inverse of to_params)."""
     lay = layout(built)
     p = {k: v.clone() for k, v in parameters(built).items()}
-    for letter, (w, b, idx) in zip("QKV", (lay.q, lay.k, lay.v)):
+    for letter, (w, b, idx) in _projections(lay):
         for i, block in zip(idx, params["W_" + letter]):
             if lay.conv1d:
                 p[w][:, i] = block
@@ -116,7 +160,12 @@ def from_params(built: Built, params: dict[str, torch.Tensor]) -> dict[str, torc
         p[lay.o[1]] = params["b_O"].clone()
     if lay.gains:
         for name, g in zip(("g_Q", "g_K"), lay.gains):
-            p[g] = (params[name] - 1.0 if lay.one_plus else params[name].clone()).reshape(p[g].shape)
+            gain = params[name].clone()
+            if lay.perm is not None:
+                gain[..., lay.perm] = params[name]
+            p[g] = (gain - 1.0 if lay.one_plus else gain).reshape(p[g].shape)
+    if lay.sinks:
+        p[lay.sinks] = params["sinks"].clone()
     return p
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -409,3 +410,16 @@ def frequencies_generic(config: AttentionConfig | LatentAttentionConfig, frequen
     if margin < tol:
         return False, f"{where}, two coincide up to sign or one is 0 or pi mod 2 pi ({margin:.1e})"
     return True, f"{where} in (0, pi), distinct up to sign; closest coincidence {margin:.1e} rad"
+
+
+def type_lines(rows: list[dict[str, Any]], width: int = 76) -> list[str]:
+    """For the census table's rows whose layers differ: one line per counted layer type (its
+    parameters, unidentified count and share per layer) and per type not counted (why)."""
+    out = []
+    for r in rows:
+        for t in r["types"] if r.get("types") and r["per_layer_total"] is None else ():
+            out.append(f"{r['name']}, {t['label']}: P {t['per_layer_total']:,}, "
+                       f"U {t['per_layer_unidentified']:,} per layer ({t['share_text']})")
+        for t in r.get("not_counted") or ():
+            out.append(f"{r['name']}, {t['label']}: not counted ({t['reason']})")
+    return [textwrap.fill(line, width, subsequent_indent="  ") for line in out]

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from .. import implementations, variants
-from ..model import LayerType
+from ..hf import model_from_hf
+from ..model import LayerType, count_model
 from ..verdict import Check
 
 # short names for the table (its caption spells them out)
@@ -48,3 +49,65 @@ def module_checks(cases: list[tuple[str, str, dict[str, Any]]],
         for t, c in implementations.check_model_of(data, label, seed=seed):
             out.append((label, t, c))
     return out
+
+
+SMALL = dict(hidden_size=16, num_attention_heads=4, num_key_value_heads=2)
+# (label, a config dict as the family's config class would write it): models whose layers differ
+MIXED = [("SmolLM3, no_rope_layers 0, 0", dict(model_type="smollm3", **SMALL, num_hidden_layers=2,
+                                                no_rope_layers=[0, 0])),
+         ("SmolLM3, the default", dict(model_type="smollm3", **SMALL, num_hidden_layers=8)),
+         ("Command R7B", dict(model_type="cohere2", **SMALL, head_dim=4, num_hidden_layers=4)),
+         ("EXAONE 4", dict(model_type="exaone4", **SMALL, head_dim=4, num_hidden_layers=4)),
+         ("Llama 4", dict(model_type="llama4_text", **SMALL, head_dim=4, num_hidden_layers=4)),
+         ("Qwen3-Next", dict(model_type="qwen3_next", **SMALL, head_dim=8, num_hidden_layers=4))]
+# (label, transformers config class, its keyword arguments): the modules of chapter 10
+MODULE_CASES = [
+    ("bloom", "BloomConfig", dict(hidden_size=16, n_head=4)),
+    ("mpt", "MptConfig", dict(d_model=16, n_heads=4)),
+    ("falcon, alibi", "FalconConfig", dict(hidden_size=16, num_attention_heads=4, alibi=True,
+                                           bias=True)),
+    ("gpt_oss", "GptOssConfig", dict(SMALL, head_dim=4, num_hidden_layers=2)),
+    ("qwen3_next", "Qwen3NextConfig", dict(SMALL, head_dim=8, num_hidden_layers=4)),
+    ("llama4_text", "Llama4TextConfig", dict(SMALL, head_dim=4, num_hidden_layers=4)),
+    ("smollm3", "SmolLM3Config", dict(SMALL, num_hidden_layers=4)),
+    ("cohere2", "Cohere2Config", dict(SMALL, head_dim=4, num_hidden_layers=4)),
+    ("exaone4", "Exaone4Config", dict(SMALL, head_dim=4, num_hidden_layers=4)),
+    ("helium", "HeliumConfig", dict(SMALL, head_dim=4, attention_bias=True)),
+    ("ernie4_5", "Ernie4_5Config", dict(SMALL, head_dim=4, use_bias=True)),
+    ("codegen", "CodeGenConfig", dict(n_embd=16, n_head=4, rotary_dim=2)),
+    ("ministral", "MinistralConfig", dict(SMALL, head_dim=4)),
+    ("seed_oss", "SeedOssConfig", dict(SMALL, head_dim=4)),
+    ("granitemoe", "GraniteMoeConfig", dict(SMALL, attention_bias=True)),
+    ("nemotron", "NemotronConfig", dict(SMALL, head_dim=4)),
+    ("olmo3", "Olmo3Config", dict(SMALL)),
+    # modules that round inside the attention forward (measured since the float64 patches)
+    ("cohere", "CohereConfig", dict(SMALL)),
+    ("gptj", "GPTJConfig", dict(n_embd=16, n_head=4, rotary_dim=2)),
+    # the per-head QK LayerNorms of chapter 9, switched on
+    ("cohere, use_qk_norm", "CohereConfig", dict(SMALL, use_qk_norm=True)),
+    ("stablelm, qk_layernorm", "StableLmConfig", dict(hidden_size=16, num_attention_heads=4,
+                                                      num_key_value_heads=4, qk_layernorm=True,
+                                                      partial_rotary_factor=0.5)),
+    ("phi, qk_layernorm", "PhiConfig", dict(hidden_size=16, num_attention_heads=4,
+                                            qk_layernorm=True, partial_rotary_factor=0.5)),
+    ("persimmon, qk_layernorm", "PersimmonConfig", dict(hidden_size=16, num_attention_heads=4,
+                                                        qk_layernorm=True,
+                                                        partial_rotary_factor=0.5)),
+]
+
+
+def mixed_rows(layer_text: Any) -> list[list[Any]]:
+    """Rows of the chapter's table of models whose layers differ: per layer type its layers, layer
+    and per-layer P and U; per model the sums over its counted layers (``layer_text`` formats a
+    layer)."""
+    rows: list[list[Any]] = []
+    for name, data in MIXED:
+        mc = count_model(model_from_hf(data))
+        for t, c in mc.counts:
+            rows.append([name, t.label, layer_text(t.config), c.total, c.unidentified])
+        for t in mc.model.types:
+            if t.config is None:
+                rows.append([name, t.label, "not counted: linear attention", "-", "-"])
+        rows.append([f"{name}: model", f"{mc.counted_layers} counted", "", mc.total,
+                     mc.unidentified])
+    return rows
