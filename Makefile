@@ -142,7 +142,7 @@ package: $(SETUP)
 	rm -rf build idlib.egg-info
 	$(PY) -m pip install -q --no-deps --target $(WHEEL_SITE) $(BUILD)/wheel/idlib-*.whl
 	cd /tmp && PYTHONPATH=$(WHEEL_SITE) $(PY) -c 'import idlib, sys; sys.exit(not idlib.__file__.startswith("$(WHEEL_SITE)/"))'
-	cd /tmp && PYTHONPATH=$(WHEEL_SITE) $(WHEEL_SITE)/bin/idlib count --d-model 16 --heads 4 | grep "unidentified ratio 0.125000 (= 1/8)" >/dev/null
+	cd /tmp && PYTHONPATH=$(WHEEL_SITE) $(WHEEL_SITE)/bin/idlib count --d-model 16 --heads 4 | grep "unidentified share 0.125000 (= 1/8)" >/dev/null
 	cd /tmp && PYTHONPATH=$(WHEEL_SITE) $(WHEEL_SITE)/bin/idlib census | grep "BERT-base" >/dev/null
 	@echo "make package: OK ($$(cd $(BUILD)/wheel && ls idlib-*.whl))"
 
