@@ -19,7 +19,8 @@ from .measure import (ModuleMeasurement, check, check_family_of, check_model_of,
                       jacobian, measure, small_model_layer)
 from .modules import (ATTENTION, DTYPE, FAMILIES_2026, FLOAT32_INSIDE, FLOAT64_EVERYWHERE,  # noqa: F401
                       FLOAT64_PATCHES, HEAD_DIM_FIXED, SMALL_LATENT, SPECS, Built,
-                      LayerNorm64, RMSNorm64, Spec, _complex128_rotation, _forward, _mask, alibi_slopes,
+                      LayerNorm64, RMSNorm64, Spec, _complex128_rotation, _forward, _mask, _transformers,
+                      alibi_slopes,
                       build, eager64, forward, hf_config, mpt_alibi, parameters, patches,
                       position_embeddings, randomize, small_latent_layer, small_layer)
 from ..symmetry import whole_norm_action  # noqa: F401 (chapter 9 names it here)

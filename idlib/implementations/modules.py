@@ -30,6 +30,7 @@ import math
 import sys
 import textwrap
 import types
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -237,8 +238,13 @@ class Built:
 
 
 def _transformers() -> Any:
+    """The transformers package (the [hf] extra), imported without tqdm's notebook warning
+    ("IProgress not found": transformers imports tqdm.auto, which warns in a notebook without
+    ipywidgets; nothing here shows a progress bar)."""
     try:
-        return importlib.import_module("transformers")
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="IProgress not found")
+            return importlib.import_module("transformers")
     except ImportError:  # pragma: no cover - the pinned environment has it
         raise ConfigError("the real-implementation check needs the 'transformers' package") from None
 

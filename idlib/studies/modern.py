@@ -42,7 +42,7 @@ def module_checks(cases: list[tuple[str, str, dict[str, Any]]],
                   seed: int = 0) -> list[tuple[str, LayerType, Check]]:
     """(label, layer type, check) for every counted layer type of every case (label, transformers
     config class, its keyword arguments), measured on the family's own module."""
-    import transformers                      # the [hf] extra: only where real modules are measured
+    transformers = implementations._transformers()   # the [hf] extra, imported quietly
     out = []
     for label, cls, kw in cases:
         data = getattr(transformers, cls)(**kw).to_dict()
