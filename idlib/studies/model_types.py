@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from ..hf import ALIASES, FAMILIES, MODEL_TYPES, MODEL_TYPES_VERSION
 
 KINDS = {"read": "read: a family of idlib.hf", "same_as": "read as a family (same code and fields)",
-         "derivable": "derivable, no reader row: read with --family",
+         "derivable": "derivable, no reader row: read with `--family`",
          "refused": "refused: a mechanism not derived",
          "none": "no text softmax attention"}
 
@@ -31,12 +31,17 @@ def kind_counts() -> list[list[str]]:
 
 
 def read_rows() -> list[list[str]]:
-    """(family, the other model types read as it) for every family."""
+    """(family, the other model types read as it) for every family that has some."""
     others = defaultdict(list)
     for model_type, family in ALIASES.items():
         others[family].append(model_type)
-    return [[f"`{f}`", ", ".join(f"`{m}`" for m in sorted(others[f])) or "-"]
-            for f in sorted(FAMILIES)]
+    return [[f"`{f}`", ", ".join(f"`{m}`" for m in sorted(others[f]))]
+            for f in sorted(FAMILIES) if others[f]]
+
+
+def families_alone() -> list[str]:
+    """The families no other model type is read as."""
+    return sorted(set(FAMILIES) - set(ALIASES.values()))
 
 
 def reason_rows(kind: str) -> list[list[str]]:
