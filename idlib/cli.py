@@ -14,7 +14,9 @@ import argparse
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 from fractions import Fraction
 from typing import Any, NoReturn, Sequence
 
@@ -40,7 +42,9 @@ DEFAULT_SPREAD_FROM = 4
 
 EPILOG = """\
 exit codes: 0 success; 1 verify disagrees with the closed form or the rank is not certified;
-2 bad input (one line 'idlib: error: ...' on stderr).
+2 bad input; 3 the environment (out of memory, an output that cannot be written; a reader
+that closed the pipe early, silently); 130 interrupted. Every failure is one line 'idlib: ...'
+on stderr.
 
 --config FILE holds either AttentionConfig fields ({"d_model": 16, "n_heads": 4, ...}) or a
 Hugging Face config.json (a regular file or a pipe, at most 1 MiB, read once). Flags override
@@ -460,9 +464,9 @@ def verify_implementation(args: argparse.Namespace) -> int:
 
 # -- entry point ---------------------------------------------------------------------------
 
-def _fail(message: str) -> int:
+def _fail(message: str, code: int = 2) -> int:
     print(f"{PROG}: error: {' '.join(str(message).split())}", file=sys.stderr)
-    return 2
+    return code
 
 
 def run(args: argparse.Namespace) -> int:
@@ -509,17 +513,57 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(r["agrees"] for r in reports) else 1
 
 
+EXIT_OK, EXIT_DISAGREES, EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line: 0 success, 1 verify disagrees / not certified, 2 bad input (one line)."""
+    """The command line.  Exit codes: 0 counted / agrees; 1 verify disagrees or its rank is not
+    certified; 2 bad input; 3 the environment (memory, output that cannot be written); 130
+    interrupted (Ctrl-C).  Every failure is one line on stderr, never a traceback."""
+    scratch = _private_inductor_cache()
     try:
-        return run(build_parser().parse_args(argv))
+        code = run(build_parser().parse_args(argv))
+        sys.stdout.flush()                          # an unwritable output fails here, not at exit
+        return code
     except (UsageError, ConfigError) as e:
         return _fail(str(e))
+    except (OverflowError, RecursionError) as e:
+        return _fail(f"input too large to process ({type(e).__name__}: {e})")
     except MemoryError:
-        return _fail("out of memory (try a smaller layer)")
+        return _fail("out of memory (try a smaller layer)", EXIT_ENVIRONMENT)
     except RuntimeError as e:                       # torch's allocator: "can't allocate memory"
         if "alloc" not in str(e).lower():
             raise
-        return _fail(f"out of memory (try a smaller layer): {str(e).splitlines()[0]}")
-    except (OverflowError, RecursionError) as e:
-        return _fail(f"input too large to process ({type(e).__name__}: {e})")
+        return _fail(f"out of memory (try a smaller layer): {str(e).splitlines()[0]}",
+                     EXIT_ENVIRONMENT)
+    except BrokenPipeError:                         # `idlib census | head`: the reader left
+        _silence_stdout()
+        return EXIT_ENVIRONMENT
+    except OSError as e:                            # a full disk, ...
+        _silence_stdout()
+        return _fail(f"cannot write the output ({e.strerror or e})", EXIT_ENVIRONMENT)
+    except KeyboardInterrupt:
+        _silence_stdout()
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush of what could not be
+    written raises nothing more."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):                   # no real stdout (a test's capture)
+        pass
+
+
+def _private_inductor_cache() -> str:
+    """A temporary folder for torch's compiler cache, removed at the end of the command: torch
+    creates its cache folder as soon as torch.func is used, and would leave an empty
+    torchinductor_<user> in the temporary folder after every verify."""
+    path = tempfile.mkdtemp(prefix="idlib-")
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(path, "inductor"))
+    return path

@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,9 @@ def read_json(source: str | os.PathLike) -> tuple[Any, str]:
         ) from None
     except RecursionError:
         raise ConfigError(f"config file {name!r}: JSON nested too deeply") from None
+    except ValueError:                               # an integer of more than 4,300 digits
+        raise ConfigError(f"config file {name!r}: a number with more than "
+                          f"{sys.get_int_max_str_digits()} digits; no count can mean it") from None
 
 
 # -- multi-head latent attention (DeepSeek V2, V3) -------------------------------------------

@@ -6,6 +6,8 @@ input, never a traceback, never a hang; the Python API raises ConfigError naming
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -67,14 +69,56 @@ def test_refused_in_one_line_fast(args, message, capsys):
     assert time.perf_counter() - start < 2.0
 
 
-@pytest.mark.parametrize("error", [MemoryError(), OverflowError("int too large to convert"),
-                                   RuntimeError("DefaultCPUAllocator: can't allocate memory")])
-def test_resource_errors_are_one_line(error, capsys, monkeypatch):
+@pytest.mark.parametrize("error, code", [
+    (MemoryError(), 3), (OverflowError("int too large to convert"), 2),
+    (RuntimeError("DefaultCPUAllocator: can't allocate memory"), 3),
+    (OSError(28, "No space left on device"), 3)])
+def test_resource_errors_are_one_line(error, code, capsys, monkeypatch):
+    """Bad input exits 2, the environment (memory, an unwritable output) 3: one line each."""
     def fail(config):
         raise error
     monkeypatch.setattr(cli, "count_report", fail)
     rc, out, err = _main(["count", "--d-model", "8"], capsys)
-    assert (rc, out) == (2, "") and len(err.splitlines()) == 1 and err.startswith("idlib: error: ")
+    assert (rc, out) == (code, "") and len(err.splitlines()) == 1 and err.startswith("idlib: error: ")
+
+
+def test_ctrl_c_exits_130_in_one_line(capsys, monkeypatch):
+    def interrupted(config):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "count_report", interrupted)
+    rc, out, err = _main(["count", "--d-model", "8"], capsys)
+    assert (rc, out, err) == (130, "", "idlib: interrupted\n")
+
+
+def test_a_full_disk_exits_3_without_a_traceback():
+    """The real thing: output to /dev/full (a device whose every write fails with ENOSPC)."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "idlib", "count", "--d-model", "16",
+                               "--heads", "4"], stdout=full, stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 3
+    assert done.stderr == "idlib: error: cannot write the output (No space left on device)\n"
+
+
+def test_a_number_longer_than_python_reads_is_bad_input(tmp_path, capsys):
+    path = tmp_path / "huge.json"
+    path.write_text('{"d_model": ' + "9" * 5000 + "}")
+    rc, out, err = _main(["count", "--config", str(path)], capsys)
+    assert (rc, out) == (2, "")
+    assert err == ("idlib: error: config file 'huge.json': a number with more than 4300 digits; "
+                   "no count can mean it\n")
+
+
+def test_verify_leaves_no_compiler_cache_behind(tmp_path):
+    """torch creates its compiler cache folder when torch.func runs; the command gives it a
+    private temporary folder and removes it (nothing is left in the temporary folder)."""
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    done = subprocess.run([sys.executable, "-m", "idlib", "verify", "--d-model", "4", "--heads",
+                           "2"], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("d_model, heads, unidentified", [
