@@ -252,7 +252,7 @@ def model_from_args(args: argparse.Namespace) -> tuple[Model | None, list[Layer]
         raise ConfigError(f"{read.name}: no layer is softmax attention ({read.types[0].reason})")
     types = tuple(LayerType(t.layers, c) for t, c in zip(read.counted, layers)) + \
         tuple(t for t in read.types if t.config is None)
-    return Model(read.name, read.family, read.n_layers, types, read.layers_given), layers
+    return Model(read.name, read.family, read.n_layers, types, read.layers_given, read.ignored), layers
 
 
 def config_from_args(args: argparse.Namespace) -> AttentionConfig | LatentAttentionConfig:
@@ -368,8 +368,10 @@ def model_line(m: dict[str, Any]) -> str:
     layers = f"{counted} of {m['n_layers']} layers" if counted != m["n_layers"] else \
         f"{m['n_layers']} layers"
     given = "" if m["n_layers_given"] else " (num_hidden_layers not in the file: one assumed)"
+    ignored = (f"\nignored (not read by the family's transformers code): "
+               f"{', '.join(m['ignored_fields'])}" if m.get("ignored_fields") else "")
     return (f"model: {layers}{given}, {m['total']:,} parameters, {m['unidentified']:,} unidentified "
-            f"(share {format_share(m['unidentified'], m['total'])})")
+            f"(share {format_share(m['unidentified'], m['total'])}){ignored}")
 
 
 def format_model(report: dict[str, Any]) -> str:

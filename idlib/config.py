@@ -167,6 +167,19 @@ def check_fields(data: Any, source: str = "config") -> dict[str, Any]:
 
 # -- reading config files -------------------------------------------------------------------
 
+class _DuplicateKey(Exception):
+    """A JSON object with one key twice (json would keep the last silently)."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def read_json(source: str | os.PathLike) -> tuple[Any, str]:
     """(parsed JSON, display name) of a config file, read once.
 
@@ -196,13 +209,16 @@ def read_json(source: str | os.PathLike) -> tuple[Any, str]:
     except UnicodeDecodeError:
         raise ConfigError(f"config file {name!r}: not UTF-8 text") from None
     try:
-        return json.loads(text), name
+        return json.loads(text, object_pairs_hook=_no_duplicates), name
     except json.JSONDecodeError as e:
         raise ConfigError(
             f"config file {name!r}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})"
         ) from None
     except RecursionError:
         raise ConfigError(f"config file {name!r}: JSON nested too deeply") from None
+    except _DuplicateKey as e:
+        raise ConfigError(f"config file {name!r}: field {e.args[0]!r} appears twice (which one "
+                          "is meant is never guessed)") from None
     except ValueError:                               # an integer of more than 4,300 digits
         raise ConfigError(f"config file {name!r}: a number with more than "
                           f"{sys.get_int_max_str_digits()} digits; no count can mean it") from None

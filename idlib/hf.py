@@ -66,6 +66,14 @@ class Family:
                                                 # null: all of them), instead of a fraction
     ignores: tuple[str, ...] = ()           # fields its config has and its transformers code ignores
     n_layers_default: int | None = None     # num_hidden_layers when absent (families whose layers differ)
+    reads_kv: bool = True                   # its code reads num_key_value_heads (else: one per head)
+    reads_head_dim: bool = True             # its code reads head_dim (else: hidden_size / heads)
+    kv_null: str = "refuse"                 # an explicit null num_key_value_heads: "heads", or
+                                            # refused (transformers rejects it or fails on it)
+    head_dim_null: str = "refuse"           # an explicit null head_dim: "derived" (hidden / heads)
+                                            # or refused
+    refused: tuple[str, ...] = ()           # fields its config class refuses to load (Falcon's
+                                            # head_dim is a property computed from the others)
 
 
 # -- family-specific readers (called with the text config, the head count / layer count, name) --
@@ -197,24 +205,24 @@ _LLAMA_BIAS = (("attention_bias", "qkvo", False),)
 LATENT_READS = ("attention_bias", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
                 "v_head_dim", "qk_head_dim")
 FAMILIES: dict[str, Family] = {
-    "llama": Family(bias_flags=_LLAMA_BIAS),
-    "mistral": Family(kv_default=8),
-    "mixtral": Family(kv_default=8, rope_theta=1e6),
-    "granite": Family(bias_flags=_LLAMA_BIAS, reads=("attention_multiplier",)),
-    "smollm3": Family(bias_flags=_LLAMA_BIAS, kv_default=4, rope_theta=2e6, layers=_smollm3_layers,
+    "llama": Family(head_dim_null="derived", kv_null="heads", bias_flags=_LLAMA_BIAS),
+    "mistral": Family(head_dim_null="derived", kv_default=8),
+    "mixtral": Family(head_dim_null="derived", kv_default=8, rope_theta=1e6),
+    "granite": Family(kv_null="heads", bias_flags=_LLAMA_BIAS, reads=("attention_multiplier",)),
+    "smollm3": Family(kv_null="heads", bias_flags=_LLAMA_BIAS, kv_default=4, rope_theta=2e6, layers=_smollm3_layers,
                       n_layers_default=36,
                       reads=("no_rope_layers", "no_rope_layer_interval", "layer_types"),
                       note="no RoPE on the layers no_rope_layers marks 0 (every 4th by default)"),
-    "qwen2": Family(bias="qkv", kv_default=32, reads=("qkv_bias", "layer_types"), layers=_window_layers,
+    "qwen2": Family(kv_null="heads", bias="qkv", kv_default=32, reads=("qkv_bias", "layer_types"), layers=_window_layers,
                     note="q, k, v always biased, o never (a qkv_bias field is ignored by the code)"),
-    "qwen2_vl_text": Family(bias="qkv", kv_default=8, rope_theta=1e6, layers=_window_layers,
+    "qwen2_vl_text": Family(kv_null="heads", reads_head_dim=False, bias="qkv", kv_default=8, rope_theta=1e6, layers=_window_layers,
                             reads=("mrope_section", "layer_types"),
                             note="q, k, v always biased; M-RoPE equals RoPE on text tokens"),
-    "qwen2_5_vl_text": Family(bias="qkv", kv_default=8, rope_theta=1e6, layers=_window_layers,
+    "qwen2_5_vl_text": Family(kv_null="heads", reads_head_dim=False, bias="qkv", kv_default=8, rope_theta=1e6, layers=_window_layers,
                               reads=("mrope_section", "layer_types"), note="as Qwen2-VL"),
     "qwen2_moe": Family(bias_flags=(("qkv_bias", "qkv", True),), kv_default=16, layers=_window_layers,
                         reads=("layer_types",)),
-    "qwen3": Family(bias_flags=_LLAMA_BIAS, kv_default=32, head_dim_default=128, qk_norm="gain",
+    "qwen3": Family(kv_null="heads", bias_flags=_LLAMA_BIAS, kv_default=32, head_dim_default=128, qk_norm="gain",
                     layers=_window_layers, reads=("layer_types",)),
     "qwen3_moe": Family(bias_flags=_LLAMA_BIAS, kv_default=4, qk_norm="gain"),
     "gemma": Family(bias_flags=_LLAMA_BIAS, kv_default=16, head_dim_default=256,
@@ -227,33 +235,33 @@ FAMILIES: dict[str, Family] = {
                           layers=_window_layers,
                           reads=("attn_logit_softcapping", "query_pre_attn_scalar",
                                  "use_bidirectional_attention", "rope_local_base_freq", "layer_types")),
-    "phi": Family(bias="qkvo", rope_fraction=0.5, partial=True,
+    "phi": Family(kv_null="heads", bias="qkvo", rope_fraction=0.5, partial=True,
                   qk_norm_flag=("qk_layernorm", "layernorm_shared", False)),
-    "phi3": Family(partial=True),
-    "persimmon": Family(bias="qkvo", rope_fraction=0.5, partial=True,
+    "phi3": Family(kv_null="heads", partial=True),
+    "persimmon": Family(reads_kv=False, reads_head_dim=False, bias="qkvo", rope_fraction=0.5, partial=True,
                         qk_norm_flag=("qk_layernorm", "layernorm_shared", True)),
-    "stablelm": Family(bias_flags=(("use_qkv_bias", "qkv", False),), kv_default=32,
+    "stablelm": Family(reads_head_dim=False, bias_flags=(("use_qkv_bias", "qkv", False),), kv_default=32,
                        rope_fraction=0.25, partial=True, qk_norm_flag=("qk_layernorm", "layernorm", False)),
-    "gpt_neox": Family(bias_flags=(("attention_bias", "qkvo", True),), rope_fraction=0.25,
+    "gpt_neox": Family(reads_kv=False, reads_head_dim=False, bias_flags=(("attention_bias", "qkvo", True),), rope_fraction=0.25,
                        reads=("rotary_emb_base",), partial=True),
-    "gptj": Family(reads=("rotary_dim",), partial=True, rotary_dim=("rotary_dim", 64),
+    "gptj": Family(reads_kv=False, reads_head_dim=False, reads=("rotary_dim",), partial=True, rotary_dim=("rotary_dim", 64),
                    note="rotary_dim rotated dims per head (interleaved pairs)"),
-    "codegen": Family(reads=("rotary_dim",), partial=True, rotary_dim=("rotary_dim", 64),
+    "codegen": Family(reads_kv=False, reads_head_dim=False, reads=("rotary_dim",), partial=True, rotary_dim=("rotary_dim", 64),
                       note="as GPT-J; the fused projection needs heads in multiples of 4"),
-    "falcon": Family(bias_flags=(("bias", "qkvo", False),), kv_heads=_falcon_kv, alibi=("alibi", False),
+    "falcon": Family(reads_head_dim=False, refused=("head_dim",), bias_flags=(("bias", "qkvo", False),), kv_heads=_falcon_kv, alibi=("alibi", False),
                      reads=("multi_query", "new_decoder_architecture", "num_kv_heads", "n_head_kv"),
                      note="alibi: ALiBi instead of RoPE"),
-    "olmo": Family(bias_flags=_LLAMA_BIAS, reads=("clip_qkv",)),
-    "olmo2": Family(bias_flags=_LLAMA_BIAS, qk_norm="whole"),
-    "olmo3": Family(bias_flags=_LLAMA_BIAS, qk_norm="whole", rope_theta=500000.0, layers=_window_layers,
+    "olmo": Family(kv_null="heads", bias_flags=_LLAMA_BIAS, reads=("clip_qkv",)),
+    "olmo2": Family(kv_null="heads", bias_flags=_LLAMA_BIAS, qk_norm="whole"),
+    "olmo3": Family(kv_null="heads", bias_flags=_LLAMA_BIAS, qk_norm="whole", rope_theta=500000.0, layers=_window_layers,
                     reads=("layer_types",)),
-    "olmoe": Family(bias_flags=_LLAMA_BIAS, qk_norm="whole", reads=("clip_qkv",)),
-    "cohere": Family(bias_flags=_LLAMA_BIAS, rope_theta=500000.0, reads=("logit_scale",),
+    "olmoe": Family(kv_null="heads", bias_flags=_LLAMA_BIAS, qk_norm="whole", reads=("clip_qkv",)),
+    "cohere": Family(kv_null="heads", bias_flags=_LLAMA_BIAS, rope_theta=500000.0, reads=("logit_scale",),
                      qk_norm_flag=("use_qk_norm", "layernorm", False), note="interleaved RoPE pairs"),
-    "cohere2": Family(bias_flags=_LLAMA_BIAS, kv_default=64, head_dim_default=128, layers=_cohere2_layers,
+    "cohere2": Family(kv_null="heads", bias_flags=_LLAMA_BIAS, kv_default=64, head_dim_default=128, layers=_cohere2_layers,
                       n_layers_default=40, reads=("layer_types", "sliding_window_pattern", "logit_scale"),
                       note="interleaved RoPE pairs, only on sliding layers (full layers: no RoPE)"),
-    "starcoder2": Family(bias_flags=(("use_bias", "qkvo", True),), kv_default=2),
+    "starcoder2": Family(head_dim_null="derived", bias_flags=(("use_bias", "qkvo", True),), kv_default=2),
     "glm": Family(bias_flags=(("attention_bias", "qkv", True),), kv_default=2, head_dim_default=128,
                   rope_fraction=0.5, partial=True, note="attention_bias switches q, k, v; o is never biased"),
     "glm4": Family(bias_flags=(("attention_bias", "qkv", True),), kv_default=2, head_dim_default=128,
@@ -262,28 +270,32 @@ FAMILIES: dict[str, Family] = {
                           note="multi-head latent attention (idlib.config.LatentAttentionConfig)"),
     "deepseek_v3": Family(kv_default=128, latent=True, reads=LATENT_READS + ("rope_interleave",),
                           note="multi-head latent attention (idlib.config.LatentAttentionConfig)"),
-    "gpt2": Family(positions="learned", bias="qkvo",
+    "gpt2": Family(positions="learned", bias="qkvo", reads_kv=False, reads_head_dim=False,
                    reads=("scale_attn_weights", "scale_attn_by_inverse_layer_idx",
                           "reorder_and_upcast_attn")),
-    "gpt_neo": Family(positions="learned", bias="o", reads=("attention_types", "attention_layers"),
+    "gpt_neo": Family(positions="learned", bias="o", reads_kv=False, reads_head_dim=False, reads=("attention_types", "attention_layers"),
                       note="only the output projection is biased; local layers are windowed"),
-    "gpt_bigcode": Family(positions="learned", bias="qkvo", kv_heads=_multi_query_kv,
+    "gpt_bigcode": Family(positions="learned", bias="qkvo", kv_heads=_multi_query_kv, reads_head_dim=False,
                           reads=("multi_query",)),
-    "opt": Family(positions="learned", bias_flags=(("enable_bias", "qkvo", True),)),
-    "bert": Family(positions="learned", bias="qkvo", causal=False,
+    "opt": Family(positions="learned", bias_flags=(("enable_bias", "qkvo", True),), reads_kv=False,
+                  reads_head_dim=False),
+    "bert": Family(positions="learned", bias="qkvo", causal=False, reads_kv=False, reads_head_dim=False,
                    reads=("position_embedding_type", "is_decoder"), note="causal when is_decoder"),
-    "roberta": Family(positions="learned", bias="qkvo", causal=False, reads=("position_embedding_type",)),
-    "xlm-roberta": Family(positions="learned", bias="qkvo", causal=False,
+    "roberta": Family(positions="learned", bias="qkvo", causal=False, reads=("position_embedding_type",),
+                      reads_kv=False, reads_head_dim=False),
+    "xlm-roberta": Family(positions="learned", bias="qkvo", causal=False, reads_kv=False, reads_head_dim=False,
                           reads=("position_embedding_type",)),
-    "electra": Family(positions="learned", bias="qkvo", causal=False, reads=("position_embedding_type",)),
-    "distilbert": Family(positions="learned", bias="qkvo", causal=False),
-    "t5": Family(positions="relative", causal=False, reads=("d_kv",),
+    "electra": Family(positions="learned", bias="qkvo", causal=False, reads=("position_embedding_type",),
+                      reads_kv=False, reads_head_dim=False),
+    "distilbert": Family(positions="learned", bias="qkvo", causal=False, reads_kv=False,
+                         reads_head_dim=False),
+    "t5": Family(positions="relative", causal=False, reads=("d_kv",), reads_kv=False,
                  note="encoder self-attention; the relative-position bucket bias is a separate "
                       "table added to the scores, not counted"),
     # -- the attention people run in 2026 (chapter 10) ------------------------------------------
-    "bloom": Family(positions="alibi", bias="qkvo", reads=("n_embed", "slow_but_exact"),
+    "bloom": Family(reads_kv=False, reads_head_dim=False, positions="alibi", bias="qkvo", reads=("n_embed", "slow_but_exact"),
                     note="ALiBi; fused query_key_value"),
-    "mpt": Family(positions="alibi", nested=("attn_config",),
+    "mpt": Family(reads_kv=False, reads_head_dim=False, positions="alibi", nested=("attn_config",),
                   reads=("attn_config.clip_qkv", "attn_config.softmax_scale", "attn_config.attn_pdrop"),
                   ignores=("no_bias", "learned_pos_emb", "attn_config.alibi", "attn_config.alibi_bias_max",
                            "attn_config.qk_ln", "attn_config.attn_type", "attn_config.prefix_lm",
@@ -312,14 +324,14 @@ FAMILIES: dict[str, Family] = {
                       reads=("layer_types", "sliding_window_pattern"),
                       note="QK-norm with gains; with a sliding window, RoPE only on sliding layers"),
     "ministral": Family(kv_default=8, layers=_window_layers, reads=("layer_types",)),
-    "granitemoe": Family(bias_flags=_LLAMA_BIAS, kv_default=32, reads=("attention_multiplier",)),
-    "seed_oss": Family(bias_flags=(("attention_bias", "qkv", True), ("attention_out_bias", "o", False)),
+    "granitemoe": Family(kv_null="heads", bias_flags=_LLAMA_BIAS, kv_default=32, reads=("attention_multiplier",)),
+    "seed_oss": Family(head_dim_null="derived", kv_null="heads", bias_flags=(("attention_bias", "qkv", True), ("attention_out_bias", "o", False)),
                        head_dim_default=128, kv_default=8,
                        note="attention_bias switches q, k, v; attention_out_bias o"),
-    "nemotron": Family(bias_flags=_LLAMA_BIAS, rope_fraction=0.5, partial=True, head_dim_default=None),
+    "nemotron": Family(head_dim_null="derived", bias_flags=_LLAMA_BIAS, rope_fraction=0.5, partial=True, head_dim_default=None),
     "helium": Family(bias_flags=(("attention_bias", "qkv", False),), head_dim_default=128, kv_default=20,
                      note="attention_bias switches q, k, v; o is never biased"),
-    "ernie4_5": Family(bias_flags=(("use_bias", "qkvo", False),), head_dim_default=128, kv_default=2,
+    "ernie4_5": Family(head_dim_null="derived", kv_null="heads", bias_flags=(("use_bias", "qkvo", False),), head_dim_default=128, kv_default=2,
                        rope_theta=500000.0, note="interleaved RoPE pairs"),
 }
 # transformers 5.23's model types that are not families: read as a family (same attention code,
@@ -424,6 +436,10 @@ def _number(data: dict[str, Any], name: str, key: str, value: Any) -> float:
     return float(value)
 
 
+WIDTH_KEYS = ("hidden_size", "n_embd", "d_model", "dim", "n_embed")
+HEADS_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads")
+
+
 def _integer(name: str, key: str, value: Any) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
@@ -453,7 +469,7 @@ def text_part(data: Any, name: str = "config") -> tuple[dict[str, Any], str]:
     if not isinstance(data, dict):
         raise ConfigError(f"{name}: a Hugging Face config must be a JSON object")
     outer = str(data.get("model_type") or "").lower()
-    if "text_config" in data and "hidden_size" not in data:
+    if "text_config" in data and ("hidden_size" not in data or outer not in FAMILIES):
         inner = data["text_config"]
         if not isinstance(inner, dict):
             raise ConfigError(f"{name}: field 'text_config' must be a JSON object "
@@ -612,13 +628,71 @@ def _qk_norm(text: dict[str, Any], fam: Family, name: str) -> str:
 
 
 def _kv_heads(text: dict[str, Any], fam: Family, n_heads: int, name: str) -> int:
+    """The key/value heads as the family's code reads them: its own reader, or
+    ``num_key_value_heads`` (absent: the config class's default; null: what the family's code
+    does with a null, the head count or a refusal), or one per query head when it reads none."""
     if fam.kv_heads is not None:
-        n_kv = fam.kv_heads(text, n_heads, name)
-    else:
-        n_kv = _get(text, "num_key_value_heads")
-        if n_kv is None:
-            n_kv = fam.kv_default if fam.kv_default is not None else n_heads
-    return _integer(name, "num_key_value_heads", n_kv)
+        return _size(name, "num_key_value_heads", fam.kv_heads(text, n_heads, name))
+    if not fam.reads_kv:
+        return n_heads
+    if "num_key_value_heads" in text and text["num_key_value_heads"] is None:
+        if fam.kv_null == "heads":
+            return n_heads
+        raise ConfigError(f"{name}: field 'num_key_value_heads' is null, which this family's "
+                          "transformers code does not accept (give the number of key/value heads)")
+    n_kv = text.get("num_key_value_heads")
+    if n_kv is None:
+        n_kv = fam.kv_default if fam.kv_default is not None else n_heads
+    return _size(name, "num_key_value_heads", n_kv)
+
+
+def _head_dim(text: dict[str, Any], fam: Family, d_model: int, n_heads: int, name: str) -> int | None:
+    """The query/key width as the family's code reads it: ``head_dim`` (T5: ``d_kv``, which a
+    ``head_dim`` in the file overrides; absent: the config class's default; null: hidden / heads
+    where the code derives it, else refused), or hidden / heads when it reads none."""
+    key, value = None, None
+    if fam.reads_head_dim:
+        if "head_dim" in text and text["head_dim"] is None and fam.head_dim_null != "derived":
+            raise ConfigError(f"{name}: field 'head_dim' is null, which this family's transformers "
+                              "code does not accept (give the head width)")
+        keys = ("head_dim", "d_kv") if "d_kv" in fam.reads else ("head_dim",)
+        key, value = _synonym(text, keys, name)
+        if key is None and "head_dim" not in text:
+            value = fam.head_dim_default
+    if value is None and d_model % n_heads == 0:
+        value = d_model // n_heads
+    return None if value is None else _size(name, key or "head_dim", value)
+
+
+def _synonym(text: dict[str, Any], keys: tuple[str, ...], name: str) -> tuple[str | None, Any]:
+    """(key, value) of the first non-null of fields that mean one thing (hidden_size, n_embd,
+    ...); two that disagree are refused: transformers' config classes let an alias win over the
+    field it maps to, an order the file does not show."""
+    given = [(k, text[k]) for k in keys if text.get(k) is not None]
+    if len({repr(v) for _, v in given}) > 1:
+        shown = " and ".join(f"{k!r}={v!r}" for k, v in given)
+        raise ConfigError(f"{name}: fields {shown} name one size and disagree (which one is meant "
+                          "is never guessed)")
+    return given[0] if given else (None, None)
+
+
+def _size(name: str, key: str, value: Any) -> int:
+    """A size read from the file: an integer of at least 1, named as the file names it."""
+    value = _integer(name, key, value)
+    if value < 1:
+        raise ConfigError(f"{name}: field {key!r}={value} must be at least 1")
+    return value
+
+
+def ignored_fields(data: Any, name: str = "config", family: str | None = None) -> list[str]:
+    """Fields of the file that the family's transformers code does not read (listed in the
+    output, never counted): num_key_value_heads or head_dim where the code fixes them, and the
+    family's ``ignores``."""
+    text, _, fam = family_of(data, name, family)
+    text = _flatten(text, fam, name)
+    out = [key for key, read in (("num_key_value_heads", fam.reads_kv or fam.kv_heads is not None),
+                                 ("head_dim", fam.reads_head_dim)) if not read and key in text]
+    return out + [key for key in fam.ignores if key in text]
 
 
 def _alibi(text: dict[str, Any], fam: Family, name: str) -> bool:
@@ -647,25 +721,24 @@ def attention_fields_from_hf(data: Any, name: str = "config", family: str | None
         raise ConfigError(f"{name}: family {fam_name!r} is multi-head latent attention, not an "
                           "AttentionConfig layer (read it with config_from_hf)")
     text = _flatten(text, fam, name)
-    d_model = _get(text, "hidden_size", "n_embd", "d_model", "dim", "n_embed")
-    if d_model is None:
+    for key in fam.refused:
+        if key in text:
+            raise ConfigError(f"{name}: field {key!r}: this family's config class computes it "
+                              "and refuses a file that sets it")
+    width_key, d_model = _synonym(text, WIDTH_KEYS, name)
+    if width_key is None:
         raise ConfigError(f"{name}: field 'hidden_size' is required")
-    d_model = _integer(name, "hidden_size", d_model)
-    n_heads = _get(text, "num_attention_heads", "n_head", "num_heads", "n_heads")
-    if n_heads is None:
+    d_model = _size(name, width_key, d_model)
+    heads_key, n_heads = _synonym(text, HEADS_KEYS, name)
+    if heads_key is None:
         raise ConfigError(f"{name}: field 'num_attention_heads' is required")
-    n_heads = _integer(name, "num_attention_heads", n_heads)
+    n_heads = _size(name, heads_key, n_heads)
     qk_norm = _qk_norm(text, fam, name)
     _refusals(text, fam, name)
     _check_unread(text, fam, name)
     n_kv = _kv_heads(text, fam, n_heads, name)
 
-    head_dim = _get(text, "head_dim", "d_kv")
-    if head_dim is None:
-        head_dim = fam.head_dim_default
-    if head_dim is None and n_heads and d_model % n_heads == 0:
-        head_dim = d_model // n_heads
-    head_dim = None if head_dim is None else _integer(name, "head_dim", head_dim)
+    head_dim = _head_dim(text, fam, d_model, n_heads, name)
 
     alibi = _alibi(text, fam, name)
     rope_fraction, thetas = 0.0, [10000.0]
@@ -819,7 +892,8 @@ def _model(data: Any, name: str, family: str | None) -> Model:
     if fam.latent:
         layer = LatentAttentionConfig(**latent_fields_from_hf(data, name, family))
         L = n_layers or 1
-        return Model(name, fam_name, L, (LayerType(tuple(range(L)), layer),), n_layers is not None)
+        return Model(name, fam_name, L, (LayerType(tuple(range(L)), layer),), n_layers is not None,
+                     tuple(ignored_fields(data, name, family)))
     base = attention_fields_from_hf(data, name, family)
     L = n_layers or listed or fam.n_layers_default or 1
     overrides = fam.layers(_flatten(text, fam, name), L, name) if fam.layers else [{}] * L
@@ -832,8 +906,24 @@ def _model(data: Any, name: str, family: str | None) -> Model:
         if key and key[0] == "skip":
             types.append(LayerType(tuple(layers), None, key[1]))
         else:
-            types.append(LayerType(tuple(layers), AttentionConfig(**{**base, **dict(key)})))
-    return Model(name, fam_name, L, tuple(types), n_layers is not None or listed is not None)
+            types.append(LayerType(tuple(layers), _layer_config({**base, **dict(key)}, text, name)))
+    return Model(name, fam_name, L, tuple(types), n_layers is not None or listed is not None,
+                 tuple(ignored_fields(data, name, family)))
+
+
+def _layer_config(fields_: dict[str, Any], text: dict[str, Any], name: str) -> AttentionConfig:
+    """The AttentionConfig of the fields read, its rules' messages naming the file's fields
+    (hidden_size for d_model, ...): the reader of the file knows those."""
+    try:
+        return AttentionConfig(**fields_)
+    except ConfigError as e:
+        message = str(e)
+        width = next((k for k in WIDTH_KEYS if text.get(k) is not None), "hidden_size")
+        heads = next((k for k in HEADS_KEYS if text.get(k) is not None), "num_attention_heads")
+        for ours, theirs in (("d_model", width), ("n_kv_heads", "num_key_value_heads"),
+                             ("n_heads", heads), ("head_dim", "head_dim")):
+            message = re.sub(rf"\b{ours}=", f"{theirs}=", message)
+        raise ConfigError(f"{name}: {message}") from None
 
 
 def _listed_layers(text: dict[str, Any]) -> int | None:

@@ -68,6 +68,7 @@ class Model:
     n_layers: int
     types: tuple[LayerType, ...]
     layers_given: bool = True   # False: num_hidden_layers absent, one layer assumed
+    ignored: tuple[str, ...] = ()   # fields of the file the family's code does not read
 
     @property
     def counted(self) -> tuple[LayerType, ...]:
@@ -116,6 +117,7 @@ class ModelCount:
     def to_dict(self) -> dict[str, Any]:
         m = self.model
         return {"n_layers": m.n_layers, "n_layers_given": m.layers_given,
+                "ignored_fields": list(m.ignored),
                 "counted_layers": self.counted_layers, "total": self.total,
                 "identified": self.identified, "unidentified": self.unidentified,
                 "ratio": self.ratio,
