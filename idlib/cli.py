@@ -53,7 +53,7 @@ head_dim = d_model / heads, value_dim = head_dim) are derived after the flags ar
 '--heads 16' re-derives them; sizes the Hugging Face reader fills in from the family's
 defaults (idlib.hf) count as given (change them with --kv-heads / --head-dim).
 
-JSON output (--json): one object with total, identified, unidentified (integers), ratio
+JSON output (--json): one object with total, identified, unidentified (integers), share
 (unidentified / total, a float), components (name -> total / identified / unidentified) and
 config (the resolved AttentionConfig fields). verify adds seed, numerical {identified,
 unidentified, rank, n_params, n_rows, gap, log10_gap, certified, seed, attempts} and agrees.
@@ -350,7 +350,7 @@ def verify_report(config: AttentionConfig, seed: int, attempts: int = 1,
 
 def model_report(model: Model) -> dict[str, Any]:
     """The count of a model whose layers differ: the model's totals at the top (total, identified,
-    unidentified, ratio over its counted layers) and each layer type's count in ``layer_types``."""
+    unidentified, share over its counted layers) and each layer type's count in ``layer_types``."""
     mc = count_model(model)
     counts = dict(mc.counts)
     out = {k: v for k, v in mc.to_dict().items() if k != "layer_types"}
@@ -404,7 +404,7 @@ def format_count(report: dict[str, Any]) -> str:
             lines.append("-" * len(lines[0]))
         lines.append(f"{name:<10} {t:>{w}} {idf:>{w}} {un:>{w}}")
     frac = Fraction(report["unidentified"], report["total"])
-    lines.append(f"unidentified share {report['ratio']:.6f} (= {frac})")
+    lines.append(f"unidentified share {report['share']:.6f} (= {frac})")
     return "\n".join(lines)
 
 

@@ -97,16 +97,21 @@ class Count:
         return self.total - self.unidentified
 
     @property
-    def ratio(self) -> float:
-        """Unidentified share, unidentified / total."""
+    def share(self) -> float:
+        """The unidentified share, U / P = unidentified / total."""
         return self.unidentified / self.total
+
+    @property
+    def ratio(self) -> float:
+        """The unidentified share under its old name (``share``)."""
+        return self.share
 
     def component(self, name: str) -> ComponentCount:
         return next(c for c in self.components if c.name == name)
 
     def to_dict(self) -> dict:
         return {"total": self.total, "identified": self.identified,
-                "unidentified": self.unidentified, "ratio": self.ratio,
+                "unidentified": self.unidentified, "share": self.share,
                 "components": {c.name: {"total": c.total, "identified": c.identified,
                                         "unidentified": c.unidentified} for c in self.components}}
 

@@ -107,8 +107,14 @@ class ModelCount:
         return self.total - self.unidentified
 
     @property
-    def ratio(self) -> float:
+    def share(self) -> float:
+        """The unidentified share of the counted layers, unidentified / total."""
         return self.unidentified / self.total if self.total else 0.0
+
+    @property
+    def ratio(self) -> float:
+        """The unidentified share under its old name (``share``)."""
+        return self.share
 
     @property
     def counted_layers(self) -> int:
@@ -120,7 +126,7 @@ class ModelCount:
                 "ignored_fields": list(m.ignored),
                 "counted_layers": self.counted_layers, "total": self.total,
                 "identified": self.identified, "unidentified": self.unidentified,
-                "ratio": self.ratio,
+                "share": self.share,
                 "layer_types": [{"layers": list(t.layers), "label": t.label,
                                  "config": None if t.config is None else t.config.to_dict(),
                                  "not_counted": t.reason or None,

@@ -143,7 +143,7 @@ def test_count_json(capsys):
     # G v^2 = 8; b_K fully rotated (identified), b_V: G v - min(d, G v) = 0
     assert (report["total"], report["identified"], report["unidentified"]) == (208, 196, 12)
     assert (report["total"], report["unidentified"]) == (n_params(config), count(config).unidentified)
-    assert report["ratio"] == 12 / 208
+    assert report["share"] == 12 / 208
     assert report["components"] == {
         "qk": {"total": 96, "identified": 92, "unidentified": 4},
         "vo": {"total": 96, "identified": 88, "unidentified": 8},
@@ -156,7 +156,7 @@ def test_count_json(capsys):
 def test_count_json_mha_closed_form(capsys):
     rc, out, _ = _main(["count", "--d-model", "12", "--heads", "3", "--json"], capsys)
     report = json.loads(out)
-    assert rc == 0 and report["ratio"] == 1 / 6 and report["unidentified"] == 2 * 144 // 3
+    assert rc == 0 and report["share"] == 1 / 6 and report["unidentified"] == 2 * 144 // 3
 
 
 def test_count_table(capsys):

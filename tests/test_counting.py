@@ -233,7 +233,7 @@ def test_count_components_and_dict():
     c = count(config)
     assert [x.name for x in c.components] == ["qk", "vo", "b_Q", "b_K", "b_V", "b_O"]
     d = c.to_dict()
-    assert set(d) >= {"total", "identified", "unidentified", "ratio", "components"}
+    assert set(d) >= {"total", "identified", "unidentified", "share", "components"}
     assert sum(v["total"] for v in d["components"].values()) == d["total"]
     assert all(v["identified"] + v["unidentified"] == v["total"] for v in d["components"].values())
     assert count(AttentionConfig(d_model=6, n_heads=2)).to_dict()["components"].keys() == {"qk", "vo"}

@@ -98,13 +98,13 @@ def test_any_width_counts_instantly(heads_and_k):
     H, k = heads_and_k
     d = H * k
     config = AttentionConfig(d_model=d, n_heads=H, rope_fraction=1.0 if k % 2 == 0 else 0.0)
-    start = time.perf_counter()
+    start = time.process_time()
     try:
         c = count(config)
     except ConfigError as e:                 # crowded frequencies beyond what is walked: refused
         assert "is not computed" in str(e)
         return
-    assert time.perf_counter() - start < 0.5
+    assert time.process_time() - start < 0.5
     assert c.total == 4 * d * d == n_params(config)
     assert H * k * k <= c.unidentified <= 2 * H * k * k
 

@@ -24,6 +24,8 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from ..config import AttentionConfig, ConfigError
+
 PROFILES = ("default", "full")
 
 
@@ -93,7 +95,6 @@ def layer(**fixed: Any) -> Rule:
     itself, e.g. ``bias="qkvo"``), builds a layer; a layer that does not build is refused with
     its own rule (``d_model=8 must be divisible by n_heads=3``)."""
     def reason(x: dict[str, Any]) -> str | None:
-        from ..config import AttentionConfig, ConfigError
         clash = sorted(set(x) & set(fixed))
         if clash:
             return f"field {clash[0]!r} is set by the chapter ({clash[0]}={fixed[clash[0]]!r})"

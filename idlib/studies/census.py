@@ -192,7 +192,7 @@ def census_row(model: CensusModel) -> dict[str, Any]:
                    "share_text": format_share(k.unidentified, k.total)} for t, k in mc.counts],
         "not_counted": [{"layers": list(t.layers), "label": t.label, "reason": t.reason}
                         for t in m.types if t.config is None],
-        "share": mc.ratio,
+        "share": mc.share,
         "share_without_rope": _ratio(effects["without_rope"]),
         "share_without_grouping": _ratio(effects["without_grouping"]),
         "share_without_qk_norm": _ratio(effects["without_qk_norm"]),
