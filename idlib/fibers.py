@@ -60,7 +60,7 @@ def _delta(tol: float) -> float:
     return 2.0 * math.asin(tol / 2.0)
 
 
-def _group(frequencies: torch.Tensor | list[float], tol: float) -> tuple[list[int], int, int]:
+def _group(frequencies: torch.Tensor | list[float], tol: float) -> tuple[torch.Tensor, int, int]:
     """(multiplicities in order of first appearance, planes at +1, planes at -1): sort, O(P log P)."""
     theta = torch.as_tensor(frequencies, dtype=torch.float64).reshape(-1)
     if not bool(torch.isfinite(theta).all()):
@@ -78,19 +78,19 @@ def _group(frequencies: torch.Tensor | list[float], tol: float) -> tuple[list[in
         label = new.cumsum(0) - 1                           # runs joined by gaps < delta ...
         runs = torch.bincount(label)
         if bool((runs > 1).any()):                          # ... split at DELTA from their head
-            asc = (-vals).contiguous()
-            label = torch.empty(n, dtype=torch.long)
-            i, c = 0, 0
-            while i < n:
-                j = int(torch.searchsorted(asc, asc[i] + delta, side="left"))
-                label[i:j] = c
-                i, c = max(j, i + 1), c + 1
+            asc = (-vals).contiguous()                      # (only the runs of two or more: a
+            split, c = label.clone(), int(runs.numel())     # Python loop over their classes)
+            for start in (new & (runs[label] > 1)).nonzero().reshape(-1).tolist():
+                i, end = start, start + int(runs[label[start]])
+                while i < end:
+                    j = min(end, int(torch.searchsorted(asc, asc[i] + delta, side="left")))
+                    split[i:j] = c
+                    i, c = max(j, i + 1), c + 1
+            label = torch.unique(split, return_inverse=True)[1]
     first = torch.full((int(label.max()) + 1 if n else 0,), len(phi), dtype=torch.long)
     first = first.scatter_reduce(0, label, rest[order], reduce="amin") if n else first
     mults = torch.bincount(label, minlength=first.numel()) if n else torch.zeros(0, dtype=torch.long)
-    firsts, sizes = first.tolist(), mults.tolist()
-    return ([sizes[c] for c in sorted(range(len(sizes)), key=firsts.__getitem__)],
-            int(plus.sum()), int(minus.sum()))
+    return mults[torch.argsort(first, stable=True)], int(plus.sum()), int(minus.sum())
 
 
 def _standard_classes(planes: int, base: float, tol: float = ROTATION_TOL) -> Classes:
@@ -131,7 +131,8 @@ def _standard_classes(planes: int, base: float, tol: float = ROTATION_TOL) -> Cl
 
 def _classes(frequencies: torch.Tensor | list[float], pass_dims: int, tol: float) -> Classes:
     mults, plus, minus = _group(frequencies, tol)
-    return Counter(mults), pass_dims + 2 * plus, 2 * minus
+    sizes, n = torch.unique(mults, return_counts=True)
+    return Counter(dict(zip(sizes.tolist(), n.tolist()))), pass_dims + 2 * plus, 2 * minus
 
 
 def rotation_classes(frequencies: torch.Tensor | list[float], pass_dims: int,
@@ -145,7 +146,7 @@ def rotation_classes(frequencies: torch.Tensor | list[float], pass_dims: int,
     Sorted, O(P log P).
     """
     mults, plus, minus = _group(frequencies, tol)
-    return mults, pass_dims + 2 * plus, 2 * minus
+    return mults.tolist(), pass_dims + 2 * plus, 2 * minus
 
 
 def _commutant(classes: Classes) -> int:
