@@ -19,7 +19,9 @@ import math
 import torch
 
 from . import variants
-from .config import AttentionConfig, LatentAttentionConfig
+from .arguments import (ANY_LAYER, FREQUENCIES, INPUTS, LAYER, PARAMS, SEED, SIZE, THETA, accepts,
+                        available_memory)
+from .config import AttentionConfig, ConfigError, LatentAttentionConfig
 from .fibers import DTYPE, rope_frequencies  # noqa: F401 (re-exported)
 from .variants import NORM_EPS, Flow, center, rms_norm  # noqa: F401 (re-exported)
 from .variants.rope import apply_rope  # noqa: F401 (re-exported)
@@ -31,6 +33,7 @@ AFTER_WEIGHTS = variants.STAGES[variants.STAGES.index("trim") + 1:]
 ADDITIVE = ("transform", "mask")    # the score stages forward_sdpa folds into one additive mask
 
 
+@accepts(config=LAYER)
 def param_shapes(config: AttentionConfig) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every parameter, in a fixed order: the rows' parameters in registry order
     (idlib.variants): W_Q (H,d,k), W_K (G,d,k), W_V (G,d,v), W_O (H,v,d); biases b_Q, b_K, b_V,
@@ -63,12 +66,14 @@ def latent_param_shapes(config: LatentAttentionConfig) -> dict[str, tuple[int, .
     return shapes
 
 
+@accepts(config=ANY_LAYER)
 def n_params(config: AttentionConfig | LatentAttentionConfig) -> int:
     shapes = latent_param_shapes(config) if isinstance(config, LatentAttentionConfig) else \
         param_shapes(config)
     return sum(math.prod(s) for s in shapes.values())
 
 
+@accepts(config=LAYER, seed=SEED)
 def init_params(config: AttentionConfig, seed: int = 0) -> Params:
     """Generic parameters: weights N(0, 1/fan_in), biases N(0, 1/4), gains N(1, 1/4), seeded."""
     gen = torch.Generator().manual_seed(seed)
@@ -81,12 +86,17 @@ def init_params(config: AttentionConfig, seed: int = 0) -> Params:
     return params
 
 
-def random_inputs(config: AttentionConfig, n_sequences: int, seq_len: int, seed: int = 0) -> torch.Tensor:
+@accepts(config=ANY_LAYER, n_sequences=SIZE, seq_len=SIZE, seed=SEED)
+def random_inputs(config: AttentionConfig | LatentAttentionConfig, n_sequences: int, seq_len: int, seed: int = 0) -> torch.Tensor:
     """Inputs X of shape (n_sequences, seq_len, d_model), entries N(0, 1).
 
     With ``config.input_centered`` each token is centred (zero mean over features), the inputs
-    such a layer sees.
+    such a layer sees.  Inputs that would not fit in the memory available are refused.
     """
+    need = 8 * n_sequences * seq_len * config.d_model
+    if need > available_memory():
+        raise ConfigError(f"random_inputs: {n_sequences} x {seq_len} x {config.d_model} float64 "
+                          f"inputs need {need / 1e9:.3g} GB, more than the memory available")
     gen = torch.Generator().manual_seed(10_000 + seed)
     X = torch.randn(n_sequences, seq_len, config.d_model, generator=gen, dtype=DTYPE)
     return center(X) if getattr(config, "input_centered", False) else X
@@ -97,6 +107,7 @@ def flatten(params: Params) -> torch.Tensor:
     return torch.cat([p.reshape(-1) for p in params.values()])
 
 
+@accepts(config=LAYER, theta=THETA)
 def unflatten(config: AttentionConfig, theta: torch.Tensor) -> Params:
     """Inverse of ``flatten``."""
     out, i = {}, 0
@@ -161,6 +172,7 @@ def attention_weights(config: AttentionConfig, q: torch.Tensor, k: torch.Tensor,
     return run(flow, WEIGHTS).weights
 
 
+@accepts(config=LAYER, params=PARAMS, X=INPUTS, frequencies=FREQUENCIES)
 def forward(config: AttentionConfig, params: Params, X: torch.Tensor,
             frequencies: torch.Tensor | None = None) -> torch.Tensor:
     """The layer's output, shape (B, n, d_model), for inputs X of shape (B, n, d_model).
@@ -176,6 +188,7 @@ def forward(config: AttentionConfig, params: Params, X: torch.Tensor,
     return run(Flow(config, params, X, frequencies), variants.STAGES).out
 
 
+@accepts(config=LAYER, params=PARAMS, X=INPUTS, frequencies=FREQUENCIES)
 def forward_sdpa(config: AttentionConfig, params: Params, X: torch.Tensor,
                  frequencies: torch.Tensor | None = None) -> torch.Tensor:
     """The same layer through torch.nn.functional.scaled_dot_product_attention (a reference).

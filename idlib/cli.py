@@ -26,17 +26,15 @@ from .certify import CERTIFY_GAP, format_gap
 from .config import (MAX_SEED, QK_NORMS, AttentionConfig, ConfigError, LatentAttentionConfig, check_fields,
                      read_json, show)
 from .counting import count
-from .fastrank import applicable
 from .hf import is_hf, model_from_data
 from .model import LayerType, Model, count_model
-from .rank import (AUTO_DENSE_MAX_PARAMS, DENSE_FALLBACK_MAX_PARAMS, default_n_sequences,
-                   default_seq_len)
+from .rank import (DENSE_FALLBACK_MAX_PARAMS, STRUCTURED_MAX_PARAMS, available_memory,
+                   default_max_params, measurement_bytes)
 from .verdict import measure_and_check
 from .report.tables import format_share
 from .studies.census import census_rows, format_census
 
 PROG = "idlib"
-STRUCTURED_MAX_PARAMS = 70000       # where idlib.fastrank applies (never forms the Jacobian)
 DEFAULT_ATTEMPTS = 8
 DEFAULT_SPREAD_FROM = 4
 
@@ -264,38 +262,6 @@ def config_from_args(args: argparse.Namespace) -> AttentionConfig | LatentAttent
     return layers[0]
 
 
-def available_memory() -> int:
-    """Bytes of memory available now (MemAvailable; the physical memory where that is unknown)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def measurement_bytes(config: AttentionConfig) -> int:
-    """An estimate of the memory ``measure`` needs (float64), before anything is built.
-
-    Dense route: J (rows x P, rows = B n d) and the SVD's copy of it, plus a min(rows, P)^2
-    workspace.  Structured route (idlib.fastrank): per group a (B n m v) x P_g Jacobian, three
-    copies, P x U lifted kernel columns and J V (rows x U), U = count(config).unidentified.
-    "auto" may take both.
-    """
-    P, n = n_params(config), default_seq_len(config)
-    B = default_n_sequences(config, n)
-    rows = B * n * config.d_model
-    dense = 8 * (2 * rows * P + min(rows, P) ** 2)
-    if applicable(config) is not None or P <= AUTO_DENSE_MAX_PARAMS:
-        return dense
-    per_group = B * n * config.group_size * config.value_dim * (P // config.n_kv_heads + 1)
-    U = count(config).unidentified      # lifted kernel P x U (three copies) and J V (rows x U, two)
-    structured = 8 * (3 * per_group + 3 * P * U + 2 * rows * U)
-    return max(structured, dense) if P <= DENSE_FALLBACK_MAX_PARAMS else structured
-
-
 def check_verify_args(args: argparse.Namespace, config: AttentionConfig) -> None:
     """Refuse verify options out of range, and layers too large to measure (UsageError)."""
     if args.attempts < 1:
@@ -306,8 +272,7 @@ def check_verify_args(args: argparse.Namespace, config: AttentionConfig) -> None
         raise UsageError(f"--seed={show(args.seed)} must be in 0..{MAX_SEED} (with --attempts="
                          f"{show(args.attempts)}: at most {MAX_SEED - args.attempts + 1})")
     if args.max_params is None:
-        args.max_params = (STRUCTURED_MAX_PARAMS if applicable(config) is None
-                           else DENSE_FALLBACK_MAX_PARAMS)
+        args.max_params = default_max_params(config)
     if args.max_params < 1:
         raise UsageError(f"--max-params={show(args.max_params)} must be at least 1")
     P = n_params(config)

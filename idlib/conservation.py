@@ -36,6 +36,7 @@ import torch
 
 from .attention import Params, flatten, n_params, param_slices, unflatten
 from . import variants
+from .arguments import FREQUENCIES, LAYER, PARAMS, THETA, accepts, one_of
 from .config import AttentionConfig
 from .counting import count
 from .symmetry import (act, chart, gl_action, gl_blocks, gl_only, gl_tangent, orbit_generators,
@@ -63,6 +64,7 @@ def _sylvester(P: torch.Tensor, Q: torch.Tensor, R: torch.Tensor) -> torch.Tenso
     return U @ ((U.transpose(-1, -2) @ R @ V) / (a[..., :, None] + b[..., None, :])) @ V.transpose(-1, -2)
 
 
+@accepts(config=LAYER, params=PARAMS, update=THETA, frequencies=FREQUENCIES)
 def tangent_coords(config: AttentionConfig, params: Params, update: torch.Tensor,
                    frequencies: torch.Tensor | None = None) -> torch.Tensor:
     """Coordinates c (layout of symmetry.act) of the orthogonal projection of ``update`` onto the
@@ -93,6 +95,7 @@ def tangent_coords(config: AttentionConfig, params: Params, update: torch.Tensor
     return torch.cat([torch.einsum("gij,cij->gc", E, ch.qk_basis).reshape(-1), C.reshape(-1)])
 
 
+@accepts(config=LAYER, params=PARAMS, update=THETA, frequencies=FREQUENCIES)
 def tangent_part(config: AttentionConfig, params: Params, update: torch.Tensor,
                  frequencies: torch.Tensor | None = None) -> torch.Tensor:
     """Pi_T update: the orthogonal projection of a flat update onto the orbit tangent."""
@@ -116,6 +119,7 @@ def component_rows(config: AttentionConfig) -> dict[str, torch.Tensor]:
     return masks
 
 
+@accepts(config=LAYER, params=PARAMS, update=THETA)
 def overlap(config: AttentionConfig, params: Params, update: torch.Tensor,
             basis: torch.Tensor | None = None) -> dict[str, float]:
     """Share of the update's norm inside the orbit tangent T at ``params``: |Pi_T u| / |u|.
@@ -180,6 +184,7 @@ def commutant_projection(M: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
     return torch.einsum("...ij,cij,ckl->...kl", M, basis, basis)
 
 
+@accepts(config=LAYER, params=PARAMS, frequencies=FREQUENCIES)
 def conserved(config: AttentionConfig, params: Params,
               frequencies: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """The moment maps {'qk': (G, k, k), 'vo': (G, v, v)}, the QK one projected onto the
@@ -221,6 +226,7 @@ def balancing_factor(P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
     return spd_power(X, 0.5)
 
 
+@accepts(config=LAYER, params=PARAMS, frequencies=FREQUENCIES)
 def balance(config: AttentionConfig, params: Params,
             frequencies: torch.Tensor | None = None) -> Params:
     """Move ``params`` along the orbit to the balanced point: conserved(...) = 0 afterwards.
@@ -244,6 +250,8 @@ def balance(config: AttentionConfig, params: Params,
 
 # --- rebalancing (a): remove the tangent part of a step --------------------------------------
 
+@accepts(config=LAYER, old=PARAMS, new=PARAMS, mode=one_of("orbit", "linear"),
+         frequencies=FREQUENCIES)
 def project_step(config: AttentionConfig, old: Params, new: Params, mode: str = "orbit",
                  frequencies: torch.Tensor | None = None) -> Params:
     """Remove the orbit-tangent part of the step old -> new.

@@ -60,11 +60,20 @@ import torch
 
 from . import variants
 from .config import AttentionConfig, ConfigError, LatentAttentionConfig
+from . import fibers
+from .arguments import ANGLES, ANY_LAYER, FREQUENCIES, LAYER, NONNEGATIVE, TOLERANCE, accepts
 from .fibers import (CLOSED_FORM_PLANES, MAX_CLASS_SIZES, MAX_TABULATED_PLANES,  # noqa: F401
                      ROTATION_TOL, Classes, _classes, _commutant, _delta, _gain_fiber, _group,
-                     _orthogonal_commutant, _standard_classes, factor_fiber, gain_fiber,
-                     latent_fiber, layer_classes, orthogonal_commutant_dim, rope_commutant_dim,
-                     rotation_classes)
+                     _orthogonal_commutant, _standard_classes, factor_fiber, latent_fiber)
+
+# the rotation-class formulas of idlib.fibers, their arguments checked (the public spelling)
+rotation_classes = accepts(frequencies=ANGLES, pass_dims=NONNEGATIVE, tol=TOLERANCE)(
+    fibers.rotation_classes)
+rope_commutant_dim = accepts(frequencies=ANGLES, pass_dims=NONNEGATIVE)(fibers.rope_commutant_dim)
+orthogonal_commutant_dim = accepts(frequencies=ANGLES, pass_dims=NONNEGATIVE)(
+    fibers.orthogonal_commutant_dim)
+gain_fiber = accepts(frequencies=ANGLES, pass_dims=NONNEGATIVE)(fibers.gain_fiber)
+layer_classes = accepts(config=LAYER, frequencies=FREQUENCIES)(fibers.layer_classes)
 
 @dataclass(frozen=True)
 class ComponentCount:
@@ -126,6 +135,7 @@ def check_derived(config: AttentionConfig) -> None:
         raise ConfigError(reason)
 
 
+@accepts(config=ANY_LAYER, frequencies=FREQUENCIES)
 def count(config: AttentionConfig | LatentAttentionConfig,
           frequencies: torch.Tensor | list[float] | None = None) -> Count:
     """Total, identified and unidentified parameters of one layer (or stack), by component.

@@ -33,13 +33,18 @@ from typing import Any
 import torch
 
 from . import fastrank
-from .attention import flatten, forward, init_params, n_params, random_inputs, unflatten, Params
+from .arguments import (FREQUENCIES, LAYER, OPTIONAL_PARAMS, OPTIONAL_SIZE, SEED, accepts,
+                        available_memory, integer, one_of)
+from .attention import (flatten, forward, init_params, n_params, param_shapes, random_inputs,
+                        unflatten, Params)
 from .certify import (CERTIFY_GAP, CERTIFY_GAP_TEXT, GAP_SHOWN, format_gap,  # noqa: F401 (re-exported)
                       is_certified, rank_from_singular_values, roundoff_tolerance)
-from .config import MAX_SEED, AttentionConfig, integer_argument
+from .config import AttentionConfig, ConfigError
+from .counting import count
 
 AUTO_DENSE_MAX_PARAMS = 2048     # "auto": dense (full spectrum) up to here, structured above
 DENSE_FALLBACK_MAX_PARAMS = 6000  # "auto" never falls back to the dense SVD above this size
+STRUCTURED_MAX_PARAMS = 70000     # measured by default where idlib.fastrank applies (no J formed)
 METHODS = ("auto", "dense", "structured")
 
 
@@ -121,19 +126,73 @@ def default_n_sequences(config: AttentionConfig, seq_len: int, oversample: float
     return math.ceil(oversample * max(rows_bound, head_bound, qk_bound)) + 1
 
 
+def default_max_params(config: AttentionConfig, method: str = "auto") -> int:
+    """The largest layer ``measure`` takes unless told otherwise: 70,000 parameters where the
+    structured engine applies (and is not refused), 6,000 where only the dense SVD does."""
+    structured = method != "dense" and fastrank.applicable(config) is None
+    return STRUCTURED_MAX_PARAMS if structured else DENSE_FALLBACK_MAX_PARAMS
+
+
+def measurement_bytes(config: AttentionConfig, seq_len: int | None = None,
+                      n_sequences: int | None = None, method: str = "auto") -> int:
+    """An estimate of the memory ``measure`` needs (float64), before anything is built.
+
+    Dense route: J (rows x P, rows = B n d) and the SVD's copy of it, plus a min(rows, P)^2
+    workspace.  Structured route (idlib.fastrank): per group a (B n m v) x P_g Jacobian, three
+    copies, P x U lifted kernel columns and J V (rows x U), U = count(config).unidentified
+    (P where the count is not derived).  "auto" may take both.
+    """
+    P = n_params(config)
+    n = default_seq_len(config) if seq_len is None else seq_len
+    B = default_n_sequences(config, n) if n_sequences is None else n_sequences
+    rows = B * n * config.d_model
+    dense = 8 * (2 * rows * P + min(rows, P) ** 2)
+    if method == "dense" or fastrank.applicable(config) is not None or \
+            (method == "auto" and P <= AUTO_DENSE_MAX_PARAMS):
+        return dense
+    per_group = B * n * config.group_size * config.value_dim * (P // config.n_kv_heads + 1)
+    try:
+        U = count(config).unidentified
+    except ConfigError:
+        U = P
+    structured = 8 * (3 * per_group + 3 * P * U + 2 * rows * U)
+    return max(structured, dense) if method == "auto" and P <= DENSE_FALLBACK_MAX_PARAMS \
+        else structured
+
+
+def check_measurable(config: AttentionConfig, max_params: int | None = None,
+                     seq_len: int | None = None, n_sequences: int | None = None,
+                     method: str = "auto") -> None:
+    """Refuse, before anything is built, a layer larger than ``max_params`` (None: the default
+    of :func:`default_max_params`) or whose measurement would not fit in the memory available."""
+    P, limit = n_params(config), default_max_params(config, method) if max_params is None \
+        else max_params
+    if P > limit:
+        raise ConfigError(f"measure: the layer has {P} parameters, more than max_params={limit} "
+                          "(pass a larger max_params to insist)")
+    need, have = measurement_bytes(config, seq_len, n_sequences, method), available_memory()
+    if need > have:
+        raise ConfigError(f"measure: measuring the layer's {P} parameters needs about "
+                          f"{need / 1e9:.3g} GB (Jacobian and SVD), more than the "
+                          f"{have / 1e9:.3g} GB available")
+
+
+@accepts(config=LAYER, seed=SEED, seq_len=OPTIONAL_SIZE, n_sequences=OPTIONAL_SIZE,
+         params=OPTIONAL_PARAMS, frequencies=FREQUENCIES, method=one_of(*METHODS),
+         max_params=OPTIONAL_SIZE)
 def measure(config: AttentionConfig, seed: int = 0, seq_len: int | None = None,
             n_sequences: int | None = None, params: Params | None = None,
-            frequencies: torch.Tensor | None = None, method: str = "auto") -> RankMeasurement:
+            frequencies: torch.Tensor | None = None, method: str = "auto",
+            max_params: int | None = None) -> RankMeasurement:
     """Jacobian rank at seeded generic parameters on seeded Gaussian inputs (float64).
 
-    ``method``: "auto" (default), "dense" or "structured" (see the module docstring).
+    ``method``: "auto" (default), "dense" or "structured" (see the module docstring).  A layer
+    larger than ``max_params`` (default :func:`default_max_params`) or whose measurement would not
+    fit in memory is refused before anything is built (:func:`check_measurable`).
     """
-    if method not in METHODS:
-        raise ValueError(f"method={method!r} must be one of {', '.join(METHODS)}")
-    seed = integer_argument("seed", seed, 0, MAX_SEED)
-    seq_len = None if seq_len is None else integer_argument("seq_len", seq_len)
-    n_sequences = None if n_sequences is None else integer_argument("n_sequences", n_sequences)
-    params = init_params(config, seed) if params is None else params
+    check_measurable(config, max_params, seq_len, n_sequences, method)
+    params = init_params(config, seed) if params is None else \
+        {name: params[name] for name in param_shapes(config)}
     seq_len = default_seq_len(config) if seq_len is None else seq_len
     n_sequences = default_n_sequences(config, seq_len) if n_sequences is None else n_sequences
     X = random_inputs(config, n_sequences, seq_len, seed)
@@ -176,6 +235,8 @@ def spread_params(config: AttentionConfig, seed: int, qk_scale: float = SPREAD_Q
     return p
 
 
+@accepts(config=LAYER, seed=SEED, max_attempts=integer(1, 10 ** 6),
+         spread_from=integer(0, 10 ** 6, none=True))
 def measure_until_certified(config: AttentionConfig, seed: int = 0, max_attempts: int = 1,
                             spread_from: int | None = None,
                             **measure_kw: Any) -> tuple[RankMeasurement, list[dict[str, Any]]]:

@@ -36,7 +36,11 @@ import torch
 
 from .attention import DTYPE, Params, apply_rope, flatten, param_shapes, rope_frequencies
 from . import variants
+from .arguments import (FREQUENCIES, HEAD_PERMUTATION, LAYER, PARAMS, SEED, TOLERANCE, accepts,
+                        real)
 from .config import AttentionConfig
+
+SCALE = real(0.0, 1e6, open_low=True)
 
 
 def null_space(M: torch.Tensor, rtol: float = 1e-10) -> torch.Tensor:
@@ -169,6 +173,7 @@ def _centering_projector(config: AttentionConfig) -> torch.Tensor:
     return eye - torch.full((d, d), 1.0 / d, dtype=DTYPE) if config.input_centered else eye
 
 
+@accepts(config=LAYER, params=PARAMS, frequencies=FREQUENCIES)
 def chart(config: AttentionConfig, params: Params, frequencies: torch.Tensor | None = None) -> Chart:
     """The chart at ``params``: only its null moves (k or v > d) depend on the point, the rest
     on the config and the rotation (cached per config when ``frequencies`` is None)."""
@@ -294,6 +299,7 @@ def _value_constant(config: AttentionConfig, p: Params) -> torch.Tensor:
     return torch.einsum("hv,hvd->d", p["b_V"].repeat_interleave(m, dim=0), p["W_O"])  # one layer
 
 
+@accepts(config=LAYER, params=PARAMS, seed=SEED, scale=SCALE, frequencies=FREQUENCIES)
 def random_group_element(config: AttentionConfig, params: Params, seed: int = 0,
                          scale: float = 0.5, frequencies: torch.Tensor | None = None) -> Params:
     """``params`` moved by a random element of the symmetry group (the output is unchanged)."""
@@ -371,6 +377,7 @@ def gl_tangent(config: AttentionConfig, params: Params, E: torch.Tensor, C: torc
             for n, p in params.items()}
 
 
+@accepts(config=LAYER, params=PARAMS, frequencies=FREQUENCIES)
 def orbit_generators(config: AttentionConfig, params: Params,
                      frequencies: torch.Tensor | None = None) -> torch.Tensor:
     """d act / d coords at 0: (n_params, n_coordinates), columns spanning the orbit tangent.
@@ -391,6 +398,7 @@ def gl_only(ch: Chart) -> bool:
     return all(size == 0 for name, size in ch.sizes.items() if name not in ("qk", "vo"))
 
 
+@accepts(config=LAYER, params=PARAMS, frequencies=FREQUENCIES, rtol=TOLERANCE)
 def tangent_basis(config: AttentionConfig, params: Params,
                   frequencies: torch.Tensor | None = None, rtol: float = 1e-9) -> torch.Tensor:
     """Orthonormal basis (n_params, u) of the orbit's tangent space: the unidentified directions."""
@@ -399,6 +407,7 @@ def tangent_basis(config: AttentionConfig, params: Params,
     return U[:, : int((s > rtol * s.max()).sum())]
 
 
+@accepts(config=LAYER, params=PARAMS, head_perm=HEAD_PERMUTATION)
 def permute_heads(config: AttentionConfig, params: Params, head_perm: list[int]) -> Params:
     """Relabel query heads: new head h is old head head_perm[h] (a discrete symmetry).
 
@@ -425,6 +434,7 @@ def permute_heads(config: AttentionConfig, params: Params, head_perm: list[int])
     return out
 
 
+@accepts(config=LAYER, params=PARAMS, seed=SEED, scale=SCALE)
 def whole_norm_action(config: AttentionConfig, params: dict[str, torch.Tensor], seed: int = 0,
                       scale: float = 0.5) -> dict[str, torch.Tensor]:
     """A random element of the symmetry group of a layer with qk_norm="whole" (chapter 9):
@@ -455,6 +465,7 @@ def whole_norm_action(config: AttentionConfig, params: dict[str, torch.Tensor], 
     return p
 
 
+@accepts(config=LAYER, params=PARAMS, seed=SEED, scale=SCALE)
 def random_element(config: AttentionConfig, params: Params, seed: int = 0,
                    scale: float = 0.5) -> Params:
     """``params`` moved by a random element of the layer's symmetry group: the chart's action

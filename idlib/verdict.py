@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
+from .arguments import FREQUENCIES, LAYER, SEED, accepts, integer
 from .config import AttentionConfig
 from .counting import count
 from .rank import measure_until_certified
@@ -101,6 +102,8 @@ def check(config: AttentionConfig, measurement: Measurement, attempts: Any = (),
     return Check(config, c.total, c.identified, measurement, tuple(attempts), label)
 
 
+@accepts(config=LAYER, seed=SEED, attempts=integer(1, 10 ** 6),
+         spread_from=integer(0, 10 ** 6, none=True), frequencies=FREQUENCIES)
 def measure_and_check(config: AttentionConfig, seed: int = 0, attempts: int = 1,
                       spread_from: int | None = None, frequencies: torch.Tensor | None = None,
                       label: str = "", **measure_kw: Any) -> Check:

@@ -149,7 +149,7 @@ def test_linear_projection_is_exactly_orthogonal_and_moves_function_at_second_or
         changes.append(float((forward(cfg, lin, X) - forward(cfg, new, X)).abs().max()))
     assert changes[0] > 1e-8
     assert changes[1] / changes[0] == pytest.approx(0.25, abs=0.05)
-    with pytest.raises(ValueError, match="mode='nope' must be 'orbit' or 'linear'"):
+    with pytest.raises(ValueError, match="project_step: mode='nope' must be one of 'orbit', 'linear'"):
         C.project_step(cfg, p, new, mode="nope")
 
 

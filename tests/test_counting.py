@@ -268,11 +268,12 @@ def test_frequency_and_base_refusals_word_for_word():
     config = AttentionConfig(d_model=8, n_heads=2, rope_fraction=1.0)
     with pytest.raises(ConfigError) as e:
         count(config, [0.1, 0.2, 0.3])
-    assert str(e.value) == ("frequencies: 3 given, but the layer has rotary_dim / 2 = 2 rotation "
-                            "planes (one frequency each)")
+    assert str(e.value) == ("count: frequencies=[0.1, 0.2, 0.3] must be None or a 1-D sequence or tensor"
+                            " of finite real angles, one per rotation plane: 3 given, the layer has "
+                            "rotary_dim / 2 = 2 rotation planes (one angle each)")
     with pytest.raises(ConfigError) as e:
         count(config, 0.5)
-    assert str(e.value) == "frequencies=0.5 must be a sequence of numbers"
+    assert str(e.value) == "count: frequencies=0.5 must be None or a 1-D sequence or tensor of finite real angles, one per rotation plane"
     huge = AttentionConfig(d_model=2 ** 23 + 2, n_heads=1, rope_fraction=1.0, rope_base=0.5)
     with pytest.raises(ConfigError) as e:
         count(huge)
@@ -280,4 +281,4 @@ def test_frequency_and_base_refusals_word_for_word():
                             f"{2 ** 22} are counted")
     with pytest.raises(ConfigError) as e:
         count(config, [0.1, float("nan")])
-    assert str(e.value) == "frequencies must be finite numbers"
+    assert str(e.value) == "count: frequencies=[0.1, nan] must be None or a 1-D sequence or tensor of finite real angles, one per rotation plane"

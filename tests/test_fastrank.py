@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from idlib.attention import flatten, forward, init_params, n_params, param_slices, random_inputs
-from idlib.config import AttentionConfig
+from idlib.config import AttentionConfig, ConfigError
 from idlib.counting import count
 from idlib.fastrank import (StructureError, applicable, coupled_directions, group_config,
                             group_parameter_index, head_outputs, lifted_image, structured_rank)
@@ -111,7 +111,7 @@ def test_auto_uses_the_structured_route_above_the_threshold():
 
 
 def test_bad_method_is_one_line_error():
-    with pytest.raises(ValueError, match=r"method='svd' must be one of auto, dense, structured"):
+    with pytest.raises(ConfigError, match=r"^measure: method='svd' must be one of 'auto', 'dense', 'structured'$"):
         measure(AttentionConfig(d_model=4), method="svd")
 
 

@@ -183,11 +183,11 @@ def test_every_invalid_value_is_a_config_error(kw, message):
 
 def test_explicit_frequencies_must_match_the_planes():
     c = AttentionConfig(d_model=8, rope_fraction=1.0)                  # 4 planes
-    with pytest.raises(ConfigError, match="99 given, but the layer has rotary_dim / 2 = 4"):
+    with pytest.raises(ConfigError, match="99 given, the layer has rotary_dim / 2 = 4"):
         count(c, frequencies=[1.0] * 99)
-    with pytest.raises(ConfigError, match="2 given, but the layer has rotary_dim / 2 = 0"):
+    with pytest.raises(ConfigError, match="2 given, the layer has rotary_dim / 2 = 0"):
         count(AttentionConfig(d_model=8), frequencies=[1.0, 2.0])
-    with pytest.raises(ConfigError, match="must be finite"):
+    with pytest.raises(ConfigError, match="of finite real angles"):
         count(c, frequencies=[1.0, 2.0, float("nan"), 3.0])
     # four equal frequencies: one class of 4 planes, GL(4, C) = 32 dims, plus v^2 = 64
     assert count(c, frequencies=[1.0] * 4).unidentified == 2 * 4 ** 2 + 64

@@ -24,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "idlib"
 
-CORE = {"fields", "fibers", "variants", "config", "model", "hf", "attention", "counting", "certify",
+CORE = {"fields", "fibers", "variants", "config", "arguments", "model", "hf", "attention", "counting", "certify",
         "verdict", "rank", "fastrank", "symmetry", "conservation", "implementations"}
 RANK = {"core": 0, "report": 1, "studies": 2, "cli": 3}
 # imported only inside the functions that need them (the `[hf]` extra of pyproject.toml)
