@@ -74,6 +74,15 @@ class Family:
                                             # or refused
     refused: tuple[str, ...] = ()           # fields its config class refuses to load (Falcon's
                                             # head_dim is a property computed from the others)
+    fraction_key: str = "partial_rotary_factor"   # the rotary share's name in the older layout
+                                            # (GPT-NeoX: rotary_pct; the other name is ignored)
+    rotary_head_dim: bool = False           # its rotary embedding is sized by head_dim while its
+                                            # heads are hidden / heads wide: the two must agree
+    heads_span_width: bool = False          # its code sizes a projection or norm by hidden_size
+                                            # where heads x head_dim belongs: the two must agree
+    heads_multiple: int = 1                 # its code needs a multiple of this many heads
+    share_breaks: bool = False              # a rotary share below 1 breaks its code (GPT-OSS's
+                                            # rotary halves the whole head): refused
 
 
 # -- family-specific readers (called with the text config, the head count / layer count, name) --
@@ -238,15 +247,16 @@ FAMILIES: dict[str, Family] = {
     "phi": Family(kv_null="heads", bias="qkvo", rope_fraction=0.5, partial=True,
                   qk_norm_flag=("qk_layernorm", "layernorm_shared", False)),
     "phi3": Family(kv_null="heads", partial=True),
-    "persimmon": Family(reads_kv=False, reads_head_dim=False, bias="qkvo", rope_fraction=0.5, partial=True,
+    "persimmon": Family(reads_kv=False, reads_head_dim=False, rotary_head_dim=True, bias="qkvo", rope_fraction=0.5, partial=True,
                         qk_norm_flag=("qk_layernorm", "layernorm_shared", True)),
-    "stablelm": Family(reads_head_dim=False, bias_flags=(("use_qkv_bias", "qkv", False),), kv_default=32,
+    "stablelm": Family(reads_head_dim=False, rotary_head_dim=True, bias_flags=(("use_qkv_bias", "qkv", False),), kv_default=32,
                        rope_fraction=0.25, partial=True, qk_norm_flag=("qk_layernorm", "layernorm", False)),
-    "gpt_neox": Family(reads_kv=False, reads_head_dim=False, bias_flags=(("attention_bias", "qkvo", True),), rope_fraction=0.25,
+    "gpt_neox": Family(reads_kv=False, reads_head_dim=False, rotary_head_dim=True,
+                       fraction_key="rotary_pct", bias_flags=(("attention_bias", "qkvo", True),), rope_fraction=0.25,
                        reads=("rotary_emb_base",), partial=True),
     "gptj": Family(reads_kv=False, reads_head_dim=False, reads=("rotary_dim",), partial=True, rotary_dim=("rotary_dim", 64),
                    note="rotary_dim rotated dims per head (interleaved pairs)"),
-    "codegen": Family(reads_kv=False, reads_head_dim=False, reads=("rotary_dim",), partial=True, rotary_dim=("rotary_dim", 64),
+    "codegen": Family(reads_kv=False, reads_head_dim=False, heads_multiple=4, reads=("rotary_dim",), partial=True, rotary_dim=("rotary_dim", 64),
                       note="as GPT-J; the fused projection needs heads in multiples of 4"),
     "falcon": Family(reads_head_dim=False, refused=("head_dim",), bias_flags=(("bias", "qkvo", False),), kv_heads=_falcon_kv, alibi=("alibi", False),
                      reads=("multi_query", "new_decoder_architecture", "num_kv_heads", "n_head_kv"),
@@ -255,7 +265,7 @@ FAMILIES: dict[str, Family] = {
     "olmo2": Family(kv_null="heads", bias_flags=_LLAMA_BIAS, qk_norm="whole"),
     "olmo3": Family(kv_null="heads", bias_flags=_LLAMA_BIAS, qk_norm="whole", rope_theta=500000.0, layers=_window_layers,
                     reads=("layer_types",)),
-    "olmoe": Family(kv_null="heads", bias_flags=_LLAMA_BIAS, qk_norm="whole", reads=("clip_qkv",)),
+    "olmoe": Family(kv_null="heads", heads_span_width=True, bias_flags=_LLAMA_BIAS, qk_norm="whole", reads=("clip_qkv",)),
     "cohere": Family(kv_null="heads", bias_flags=_LLAMA_BIAS, rope_theta=500000.0, reads=("logit_scale",),
                      qk_norm_flag=("use_qk_norm", "layernorm", False), note="interleaved RoPE pairs"),
     "cohere2": Family(kv_null="heads", bias_flags=_LLAMA_BIAS, kv_default=64, head_dim_default=128, layers=_cohere2_layers,
@@ -302,7 +312,7 @@ FAMILIES: dict[str, Family] = {
                            "attn_config.attn_impl", "attn_config.attn_uses_sequence_id"),
                   note="ALiBi always and no biases (transformers' MptAttention and MptModel ignore "
                        "no_bias, attn_config.alibi, qk_ln, prefix_lm)"),
-    "gpt_oss": Family(bias_flags=(("attention_bias", "qkvo", True),), kv_default=8, head_dim_default=64,
+    "gpt_oss": Family(share_breaks=True, bias_flags=(("attention_bias", "qkvo", True),), kv_default=8, head_dim_default=64,
                       rope_theta=150000.0, sinks=True, layers=_window_layers, reads=("layer_types",),
                       note="attention sinks: a learned logit per head in the softmax"),
     "qwen3_next": Family(bias_flags=_LLAMA_BIAS, kv_default=2, head_dim_default=256, rope_fraction=0.25,
@@ -329,7 +339,7 @@ FAMILIES: dict[str, Family] = {
                        head_dim_default=128, kv_default=8,
                        note="attention_bias switches q, k, v; attention_out_bias o"),
     "nemotron": Family(head_dim_null="derived", bias_flags=_LLAMA_BIAS, rope_fraction=0.5, partial=True, head_dim_default=None),
-    "helium": Family(bias_flags=(("attention_bias", "qkv", False),), head_dim_default=128, kv_default=20,
+    "helium": Family(heads_span_width=True, bias_flags=(("attention_bias", "qkv", False),), head_dim_default=128, kv_default=20,
                      note="attention_bias switches q, k, v; o is never biased"),
     "ernie4_5": Family(head_dim_null="derived", kv_null="heads", bias_flags=(("use_bias", "qkvo", False),), head_dim_default=128, kv_default=2,
                        rope_theta=500000.0, note="interleaved RoPE pairs"),
@@ -539,8 +549,9 @@ def _rope(text: dict[str, Any], fam: Family, name: str) -> tuple[float, list[flo
     params = text.get("rope_parameters")
     if params is None and isinstance(text.get("rope_scaling"), dict):
         params = None          # old layout: rope_scaling only rescales frequencies (see table)
-    fraction = _get(text, "partial_rotary_factor", "rotary_pct")
-    key = "partial_rotary_factor" if "partial_rotary_factor" in text else "rotary_pct"
+    key = fam.fraction_key                 # the other spelling is not read by the family's code
+    fraction = text.get(key)
+    nulls = [key] if key in text and fraction is None else []
     thetas: list[float] = []
     if params is not None:
         if not isinstance(params, dict):
@@ -555,6 +566,8 @@ def _rope(text: dict[str, Any], fam: Family, name: str) -> tuple[float, list[flo
             if p.get("partial_rotary_factor") is not None:
                 fracs.add(_number(p, name, "rope_parameters.partial_rotary_factor",
                                   p["partial_rotary_factor"]))
+            elif "partial_rotary_factor" in p:
+                nulls.append("rope_parameters.partial_rotary_factor")
         if len(fracs) > 1:
             raise ConfigError(f"{name}: layer types rotate different shares {sorted(fracs)}; count "
                               "one layer type at a time")
@@ -565,6 +578,9 @@ def _rope(text: dict[str, Any], fam: Family, name: str) -> tuple[float, list[flo
         thetas = [fam.rope_theta if t is None else _number(text, name, "rope_theta", t)]
     if "rope_local_base_freq" in text:
         thetas.append(_number(text, name, "rope_local_base_freq", text["rope_local_base_freq"]))
+    if nulls and fam.partial and fraction is None:
+        raise ConfigError(f"{name}: field {nulls[0]!r} is null, which this family's transformers "
+                          "code does not accept (give the share, or leave the field out)")
     fraction = fam.rope_fraction if fraction is None else _number(text, name, key, fraction)
     return fraction, thetas
 
@@ -691,7 +707,19 @@ def ignored_fields(data: Any, name: str = "config", family: str | None = None) -
     text, _, fam = family_of(data, name, family)
     text = _flatten(text, fam, name)
     out = [key for key, read in (("num_key_value_heads", fam.reads_kv or fam.kv_heads is not None),
-                                 ("head_dim", fam.reads_head_dim)) if not read and key in text]
+                                 ("head_dim", fam.reads_head_dim or fam.rotary_head_dim))
+           if not read and key in text]
+    if fam.positions == "rope" and not fam.latent and fam.rotary_dim is None:
+        shares = ("partial_rotary_factor", "rotary_pct")
+        out += [key for key in shares if key in text and (key != fam.fraction_key or not fam.partial)
+                and text[key] not in (None, 1, 1.0)]
+        params = text.get("rope_parameters")
+        per_type = [params] if isinstance(params, dict) and ("rope_theta" in params or
+                                                              "rope_type" in params) else \
+            list(params.values()) if isinstance(params, dict) else []
+        if not fam.partial and any(isinstance(p, dict) and p.get("partial_rotary_factor")
+                                   not in (None, 1, 1.0) for p in per_type):
+            out.append("rope_parameters.partial_rotary_factor")
     return out + [key for key in fam.ignores if key in text]
 
 
@@ -744,16 +772,31 @@ def attention_fields_from_hf(data: Any, name: str = "config", family: str | None
     rope_fraction, thetas = 0.0, [10000.0]
     if fam.positions == "rope" and not alibi:
         rope_fraction, thetas = _rope(text, fam, name)
-        if rope_fraction != 1.0 and not fam.partial:
-            partial = sorted(k for k, f in FAMILIES.items() if f.partial)
-            raise ConfigError(f"{name}: partial_rotary_factor={rope_fraction:g}: the attention code of "
-                              f"family {fam_name!r} rotates every dimension of each head (only "
-                              f"{', '.join(partial)} rotate part)")
+        if fam.share_breaks and rope_fraction != 1.0:
+            raise ConfigError(f"{name}: partial_rotary_factor={rope_fraction:g}: this family's "
+                              "rotary code rotates whole heads and breaks on a share below 1")
+        if not fam.partial:                        # its code rotates every dimension of each head,
+            rope_fraction = 1.0                    # whatever share the file gives (listed as ignored)
         if fam.rotary_dim is not None:
             key, default = fam.rotary_dim
             rdim = text.get(key, default)          # the config class's default; null: all dims
+            if rdim is not None and _integer(name, key, rdim) < 1:
+                raise ConfigError(f"{name}: field {key!r}={rdim!r} must be at least 1: this "
+                                  "family's code fails without a rotated dimension (null rotates all)")
             rope_fraction = 1.0 if rdim is None or head_dim is None else \
                 _integer(name, key, rdim) / head_dim
+        if fam.rotary_head_dim and text.get("head_dim") is not None and \
+                _size(name, "head_dim", text["head_dim"]) != head_dim:
+            raise ConfigError(f"{name}: field 'head_dim'={text['head_dim']!r} must equal "
+                              f"{width_key} / {heads_key} = {head_dim}: this family's heads are "
+                              "that wide, and its rotary embedding is sized by head_dim")
+    if fam.heads_span_width and head_dim is not None and n_heads * head_dim != d_model:
+        raise ConfigError(f"{name}: {heads_key} x head_dim = {n_heads} x {head_dim} must equal "
+                          f"{width_key}={d_model}: this family's code sizes a projection or norm by "
+                          f"{width_key}")
+    if n_heads % fam.heads_multiple:
+        raise ConfigError(f"{name}: {heads_key}={n_heads} must be a multiple of "
+                          f"{fam.heads_multiple} (this family's fused projection)")
     causal = fam.causal
     if text.get("use_bidirectional_attention") and "use_bidirectional_attention" in fam.reads:
         causal = False

@@ -146,7 +146,7 @@ VALUES = st.one_of(
 CHEAP = sorted((name, arg) for name, fn in FUNCTIONS.items() for arg in fn.rules)
 
 
-@settings(max_examples=400, deadline=None, derandomize=True,
+@settings(max_examples=400, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(case=st.sampled_from(CHEAP), value=VALUES)
 def test_any_value_is_a_config_error_or_an_answer(case, value):

@@ -9,7 +9,7 @@ import transformers
 
 from idlib.config import AttentionConfig, ConfigError, LatentAttentionConfig
 from idlib.counting import count
-from idlib.hf import FAMILIES, HARMLESS, config_from_file, config_from_hf, family_table
+from idlib.hf import FAMILIES, HARMLESS, config_from_file, config_from_hf, family_table, ignored_fields
 
 DATA = Path(__file__).parent / "data"
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}
@@ -228,8 +228,9 @@ def test_gemma2_soft_capping_is_read():
     data = t5dict("Gemma2Config", hidden_size=6, num_attention_heads=2, num_key_value_heads=2,
                   head_dim=3, attention_bias=True)
     data["rope_parameters"] = {"rope_theta": 1e4, "rope_type": "default"}
-    with pytest.raises(ConfigError, match="family 'gemma2' rotates every dimension of each head"):
-        config_from_hf({**data, "rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 0.0}})
+    unrotated = {**data, "head_dim": 4, "rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 0.0}}
+    assert config_from_hf(unrotated).rotary_dim == 4       # its code rotates every dimension: the
+    assert ignored_fields(unrotated) == ["rope_parameters.partial_rotary_factor"]    # share is listed
     c = config_from_hf({**data, "head_dim": 4})
     assert (c.softcap, c.bias, c.rotary_dim) == (50.0, "qkvo", 4)
     assert config_from_hf({**data, "head_dim": 4, "attn_logit_softcapping": None}).softcap is None
@@ -313,8 +314,16 @@ def test_refusals(name, message):
     ({**LLAMA, "num_attention_heads": 5}, "hidden_size=64 must be divisible by num_attention_heads=5 when head_dim is not given"),
     ({**LLAMA, "model_type": "phi", "partial_rotary_factor": 0.3},
      "rope_fraction=0.3 times head_dim=16 = 4.8 must be an even"),
-    ({**LLAMA, "partial_rotary_factor": 0.5}, "partial_rotary_factor=0.5: the attention code of family "
-                                              "'llama' rotates every dimension of each head"),
+    ({**LLAMA, "model_type": "gpt_oss", "partial_rotary_factor": 0.5},
+     "partial_rotary_factor=0.5: this family's rotary code rotates whole heads and breaks on a share"),
+    ({**LLAMA, "model_type": "phi3", "partial_rotary_factor": None},
+     "field 'partial_rotary_factor' is null, which this family's transformers code does not accept"),
+    ({**LLAMA, "model_type": "helium", "head_dim": 8},
+     "num_attention_heads x head_dim = 4 x 8 must equal hidden_size=64"),
+    ({**LLAMA, "model_type": "codegen", "num_attention_heads": 2},
+     "num_attention_heads=2 must be a multiple of 4"),
+    ({**LLAMA, "model_type": "stablelm", "head_dim": 8},
+     "field 'head_dim'=8 must equal hidden_size / num_attention_heads = 16"),
     ({**LLAMA, "num_attention_heads": 8, "num_key_value_heads": 3},
      "num_attention_heads=8 must be divisible by num_key_value_heads=3"),
     ({**LLAMA, "partial_rotary_factor": "abc"}, "field 'partial_rotary_factor'='abc' must be a finite number"),
@@ -382,3 +391,18 @@ def test_non_utf8_config_file_is_refused(tmp_path):
     path.write_bytes(b'{"d_model": 8, "bias": "\xe9"}')
     with pytest.raises(ConfigError, match="not UTF-8 text"):
         config_from_file(path)
+
+
+def test_a_rotary_share_the_code_does_not_read_is_listed_not_counted():
+    """Llama's code rotates every dimension whatever partial_rotary_factor says; Phi-3 reads the
+    share as partial_rotary_factor, GPT-NeoX as rotary_pct: the other spelling is ignored."""
+    assert config_from_hf({**LLAMA, "partial_rotary_factor": 0.5}).rotary_dim == 16
+    assert ignored_fields({**LLAMA, "partial_rotary_factor": 0.5}) == ["partial_rotary_factor"]
+    phi3 = {**LLAMA, "model_type": "phi3"}
+    assert config_from_hf({**phi3, "rotary_pct": 0.5}).rotary_dim == 16
+    assert ignored_fields({**phi3, "rotary_pct": 0.5}) == ["rotary_pct"]
+    assert config_from_hf({**phi3, "partial_rotary_factor": 0.5}).rotary_dim == 8
+    neox = {**LLAMA, "model_type": "gpt_neox"}
+    assert config_from_hf(neox).rotary_dim == 4                              # default 0.25
+    assert config_from_hf({**neox, "partial_rotary_factor": 1.0}).rotary_dim == 4
+    assert config_from_hf({**neox, "rotary_pct": 1.0}).rotary_dim == 16
