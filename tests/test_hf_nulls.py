@@ -111,3 +111,14 @@ def test_the_cli_lists_the_fields_it_ignored(tmp_path, capsys):
     assert "ignored (not read by the family's transformers code): head_dim" in out
     assert cli.main(["count", "--config", str(p), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["model"]["ignored_fields"] == ["head_dim"]
+
+
+@pytest.mark.parametrize("n_layers", [1, 2, 3])
+def test_smollm3_with_fewer_than_four_layers_is_read(n_layers):
+    """No no_rope_layers in the file: the config class's default marks every 4th layer, so
+    fewer than four layers all rotate (the issue found these refused)."""
+    data = modules.hf_config("smollm3", 64, 4, 2, num_hidden_layers=n_layers).to_dict()
+    data.pop("no_rope_layers", None)
+    model = model_from_hf(data)
+    assert [t.layers for t in model.counted] == [tuple(range(n_layers))]
+    assert model.counted[0].config.rotary_dim == 16
