@@ -12,7 +12,7 @@ from ..config import AttentionConfig
 from ..counting import count
 from ..studies.biases import BiasDifference, Published, Step
 from ..studies.rope import SeedRun
-from .prose import listing, plural, seeds_text, tally
+from .prose import listing, seeds_text, tally
 from .runs import distinct
 from .tables import (captioned, comparison_table, format_certified, format_share,
                      markdown_table)
@@ -218,15 +218,19 @@ def real_verdicts(models: Sequence[Published]) -> str:
             reason = f": {listing(why)}" if why else ""
             sentences.append(f"In the {m.name} layer none of the biases is redundant{reason}.")
             continue
-        whole = [b for b in redundant if unid[b] == _size(cfg, b)]
-        parts = listing(f"{unid[b]:,} of {_bias_math(b)}" for b in redundant)
+        whole = all(unid[b] == _size(cfg, b) for b in redundant)
+        names = listing(_NAMES[b] for b in redundant)
         sentences.append(
-            f"In the {m.name} layer {len(redundant)} {plural('bias', len(redundant), 'biases')} "
-            f"{'is' if len(redundant) == 1 else 'are'} redundant ({parts}; "
-            f"{'entirely' if len(whole) == len(redundant) else 'in part'}): together "
+            f"In the {m.name} layer the {names} "
+            f"{'bias is' if len(redundant) == 1 else 'biases are'} "
+            f"{'entirely' if whole else 'partly'} redundant "
+            f"({' + '.join(f'{unid[b]:,}' for b in redundant)} parameters): together "
             f"{format_share(U_b, c.total)} of the attention parameters, against "
             f"{format_share(U_W, c.total)} for the weights' own unidentified directions.")
     return " ".join(sentences)
+
+
+_NAMES = {"b_Q": "query", "b_K": "key", "b_V": "value", "b_O": "output"}
 
 
 def _size(config: AttentionConfig, bias: str) -> int:

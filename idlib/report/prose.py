@@ -8,7 +8,7 @@ helpers give the recurring pieces one spelling:
 - ``tally(4, 5, "row")`` -> "4 of the 5 rows"; ``tally(5, 5, "row")`` -> "all 5 rows";
 - ``listing(["a", "b", "c"])`` -> "a, b and c";
 - ``seeds_text([0, 1, 2])`` -> "seeds 0, 1 and 2";
-- ``roundoff_words(3e-15)`` -> "less than $10^{-12}$ (round-off)".
+- ``roundoff_words(3e-15)`` -> "less than $10^{-12}$".
 """
 from __future__ import annotations
 
@@ -24,15 +24,15 @@ def plural(noun: str, n: int, plural_form: str | None = None) -> str:
 
 
 def tally(k: int, n: int, noun: str, plural_form: str | None = None) -> str:
-    """How many of ``n`` things: 'all 5 rows', '4 of the 5 rows', 'none of the 5 rows',
-    'the one row' / 'not the one row' (n = 1)."""
+    """How many of ``n`` things: 'all 5 rows', 'both rows', '4 of the 5 rows', 'none of the 5
+    rows', 'the one row' / 'not the one row' (n = 1)."""
     if not 0 <= k <= n:
         raise ValueError(f"tally: need 0 <= k={k} <= n={n}")
     many = plural(noun, n, plural_form)
     if n == 1:
         return f"the one {noun}" if k == 1 else f"not the one {noun}"
     if k == n:
-        return f"{'both' if n == 2 else 'all'} {n} {many}"
+        return f"both {many}" if n == 2 else f"all {n} {many}"
     if k == 0:
         return f"none of the {n} {many}"
     return f"{k} of the {n} {many}"
@@ -56,13 +56,13 @@ def seeds_text(seeds: Sequence[int]) -> str:
 
 def roundoff_words(x: float) -> str:
     """A relative difference that should be zero, in words with inline math (MyST):
-    'less than $10^{-12}$ (round-off)' below ``ROUNDOFF_SHOWN``, two digits from 0.01 on
+    'less than $10^{-12}$' below ``ROUNDOFF_SHOWN``, two digits from 0.01 on
     ('1.9', '0.13'), else '$3.1 \\cdot 10^{-5}$'."""
     if abs(x) >= 1e-2:
         return f"{x:.2g}"
     if abs(x) < ROUNDOFF_SHOWN:
         exponent = round(math.log10(ROUNDOFF_SHOWN))
-        return f"less than $10^{{{exponent}}}$ (round-off)"
+        return f"less than $10^{{{exponent}}}$"
     mantissa, exponent = f"{x:.1e}".split("e")
     return f"${mantissa} \\cdot 10^{{{int(exponent)}}}$"
 
