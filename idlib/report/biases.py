@@ -10,12 +10,13 @@ from typing import Sequence
 
 from ..config import AttentionConfig
 from ..counting import count
-from ..studies.biases import BiasDifference, Published, Step
-from ..studies.rope import SeedRun
 from .prose import listing, seeds_text, tally
 from .runs import distinct
-from .tables import (captioned, comparison_table, format_certified, format_share,
-                     markdown_table)
+from .tables import (ROUNDOFF_SHOWN, captioned, comparison_table, format_certified,
+                     format_share, markdown_table)
+
+# Annotations name the measurement records of idlib.studies (SeedRun, BiasDifference, Step,
+# Published) without importing them: report sits below studies and never imports it.
 
 CASE_SHOWN = {"none": "none", "default": "$b^{-2(l-1)/r}$",
               "second plane at 2 pi": "$\\omega_2 = 2\\pi$",
@@ -242,7 +243,6 @@ def _size(config: AttentionConfig, bias: str) -> int:
 
 def key_demo_verdict(demo: Sequence[tuple[AttentionConfig, float]]) -> str:
     """What the key-bias demonstration shows, counted: (layer, output change) pairs."""
-    from .tables import ROUNDOFF_SHOWN
     still = [c for c, diff in demo if diff < ROUNDOFF_SHOWN]
     layers = "; ".join(layer_math(c) for c in still)
     return (f"Replacing the key bias moved the output by less than $10^{{-12}}$ of its size "

@@ -12,11 +12,13 @@ from fractions import Fraction
 from typing import Callable, Sequence
 
 from ..config import AttentionConfig
-from ..studies.rope import SeedRun
 from .prose import math_values, seeds_text, tally
 from .runs import distinct
 from .tables import (ROUNDOFF_SHOWN, captioned, format_certified, format_fraction,
                      format_gap, format_roundoff, format_share, markdown_table)
+
+# Annotations name the measurement records of idlib.studies (SeedRun, BiasDifference, Step,
+# Published) without importing them: report sits below studies and never imports it.
 
 Theorem = Callable[[AttentionConfig], int]
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Sequence
 
-from ..studies.rope import SeedRun
 from .prose import seeds_text, tally
 from .runs import RUN_HEADERS, distinct, run_cells
 from .tables import (captioned, format_certified, format_fraction, format_gap, format_share,
                      markdown_table)
+
+# Annotations name the measurement records of idlib.studies (SeedRun, BiasDifference, Step,
+# Published) without importing them: report sits below studies and never imports it.
 
 _SPREAD = ("gap $\\gamma$: the smallest over the seeds; cert.: every seed certified, "
            "$\\gamma \\ge 10^4$")

@@ -11,9 +11,11 @@ import math
 from typing import Iterable, Sequence
 
 from ..certify import CERTIFY_GAP_TEXT, format_gap
-from ..studies.rope import SeedRun
 from .prose import seeds_text
 from .tables import format_certified, format_share
+
+# Annotations name the measurement records of idlib.studies (SeedRun, BiasDifference, Step,
+# Published) without importing them: report sits below studies and never imports it.
 
 RUN_HEADERS = ("$P$", "$I$ (closed form)", "rank $J$", "gap $\\gamma$", "cert.", "$U/P$")
 

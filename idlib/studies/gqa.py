@@ -13,6 +13,8 @@ from typing import Any
 
 from ..config import AttentionConfig, ConfigError
 from ..report.parameters import POSITIVE_INT, Rule
+from ..symmetry import rotation_matrix
+from .rope import act_qk, act_vo, random_commutant, random_gl
 
 
 def pair_problem(d_model: Any, n_heads: Any) -> str | None:
@@ -56,8 +58,6 @@ def group_moves(config: AttentionConfig, params: dict, seed: int) -> list[tuple[
     parameters). One random A_g and B_g per group on every head of the group; the same with
     head 0 given its own A (or its own B); with RoPE on every query/key dimension, one element
     of the commutant of R(1) per group, and one generic A_g per group."""
-    from ..symmetry import rotation_matrix
-    from .rope import act_qk, act_vo, random_commutant, random_gl
     m, k, v, G = config.group_size, config.head_dim, config.value_dim, config.n_kv_heads
     A = [random_gl(k, seed + 1 + g) for g in range(G)]             # one A_g per group
     B = [random_gl(v, seed + 11 + g) for g in range(G)]            # one B_g per group
