@@ -2,8 +2,9 @@
 
 ``optimizers`` tabulates one run per task and optimizer (the share of each step and of each
 gradient in the orbit's tangent space, the drift of the conserved quantities, the final loss);
-``rebalancing`` the comparison with and without rebalancing over seeds. Shares below 1e-12 are
-round-off and printed as such (``share_text``), so the page reads the same on every CPU.
+``rebalancing`` the comparison with and without rebalancing over seeds, ``plot_rebalancing``
+its figure. Shares below 1e-12 are round-off and printed as such (``share_text``), so the page
+reads the same on every CPU.
 """
 from __future__ import annotations
 
@@ -59,3 +60,27 @@ def rebalancing(comparison: Mapping[tuple, Sequence[Any]], n_seeds: int, steps: 
         "steps each (the seed fixes the initialisation and the minibatches): the held-out loss "
         "after the last step (mean, sample standard deviation, extremes) and the mean drift "
         "$\\lVert C(\\theta_S) - C(\\theta_0)\\rVert_F$.", "tab-train-rebalance")
+
+
+def plot_rebalancing(axes: Any, comparison: Mapping[tuple, Sequence[Any]],
+                     panels: Sequence[tuple], modes: Sequence[Any]) -> None:
+    """One panel per (task, optimizer): for each rebalancing mode the geometric mean of the
+    held-out loss over the seeds (line) and one standard deviation of its log10 (band). The
+    line without rebalancing is drawn wide and beneath, the projection dashed, so that
+    curves that coincide stay visible."""
+    from .plotting import COLORS
+
+    style = {None: dict(color=COLORS["baseline"], lw=2.6),
+             "project": dict(color=COLORS["closed_form"], ls="--"),
+             "balance": dict(color=COLORS["measured"])}
+    for ax, (name, o) in zip(axes.flat, panels):
+        for m in modes:
+            hs = comparison[name, o, m]
+            L = torch.tensor([h.eval_loss for h in hs], dtype=torch.float64).log10()
+            mid, sd = L.mean(0), L.std(0)
+            ax.plot(hs[0].eval_steps, 10 ** mid, label=MODE_NAMES[m], **style[m])
+            ax.fill_between(hs[0].eval_steps, 10 ** (mid - sd), 10 ** (mid + sd),
+                            color=style[m]["color"], alpha=0.2)
+        ax.set(yscale="log", title=f"{name}, {o}", xlabel="step $s$")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("held-out loss")
