@@ -106,17 +106,17 @@ def repeated(rows: Sequence[Mapping[str, Any]], k: int) -> str:
     """Dicts with name (keys of FREQUENCY_CASES), F, classes (rotation_classes), closed,
     numeric, increase, counted and m, one per frequency vector."""
     body = [[FREQUENCY_CASES[x["name"]], _yes(x["F"]), _classes(x["classes"][0]),
-             x["classes"][1], x["classes"][2], x["closed"], x["numeric"], x["increase"],
-             x["counted"], x["m"].unidentified, format_gap(x["m"].gap),
+             f"{x['classes'][1]}, {x['classes'][2]}", f"{x['closed']}, {x['numeric']}",
+             x["increase"], f"{x['counted']}, {x['m'].unidentified}", format_gap(x["m"].gap),
              format_certified(x["m"].certified)] for x in rows]
     return captioned(markdown_table(
-        ["frequencies", "(F)", "$\\nu_z$", "$\\nu_+$", "$\\nu_-$", "$\\dim\\mathcal{C}$",
-         "numerical", "increase (rules)", "$U$ (`count`)", "$U$ (measured)", "gap $\\gamma$",
-         "cert."], body, align="llrrrrrrrrrr"),
+        ["frequencies", "(F)", "$\\nu_z$", "$\\nu_+, \\nu_-$",
+         "$\\dim\\mathcal{C}$: closed, numerical", "increase (rules)",
+         "$U$: `count`, measured", "gap $\\gamma$", "cert."], body, align="llrrrrrrr"),
         f"Frequency coincidences in one fully rotated head of width $k = {k}$: condition (F), "
         "the classes of $R(1)$, the commutant's dimension in closed form "
         "({eq}`eq-rope-commutant`) and numerically, the increase over $r + (k - r)^2$ that "
-        "the rules of the text predict, and the layer's count against the measured rank.",
+        "{eq}`eq-rope-increase` predicts, and the layer's count against the measured rank.",
         "tab-rope-repeated")
 
 
@@ -158,17 +158,16 @@ def share(rows: Iterable[Sequence[Any]]) -> str:
 
 def bases(rows: Sequence[Mapping[str, Any]], d_model: int) -> str:
     """Dicts with base, f (frequencies), sep, mu (class sizes), F, counted and m."""
-    body = [[f"{s['base']:.7g}", f"{s['f'].min().item():.2e}", f"{s['f'].max().item():.2e}",
-             f"{s['sep']:.2e}", _yes(s["F"]), _classes(s["mu"]), s["counted"],
-             s["m"].unidentified, format_gap(s["m"].gap), format_certified(s["m"].certified)]
-            for s in rows]
+    body = [[f"{s['base']:.7g}", f"{s['f'].min().item():.2e}", f"{s['sep']:.2e}", _yes(s["F"]),
+             _classes(s["mu"]), f"{s['counted']}, {s['m'].unidentified}", format_gap(s["m"].gap),
+             format_certified(s["m"].certified)] for s in rows]
     return captioned(markdown_table(
-        ["base $b$", "$\\min\\omega_l$", "$\\max\\omega_l$", "separation", "(F)", "$\\nu_z$",
-         "$U$ (`count`)", "$U$ (measured)", "gap $\\gamma$", "cert."], body),
+        ["base $b$", "slowest $\\omega_l$", "separation", "(F)", "$\\nu_z$",
+         "$U$: `count`, measured", "gap $\\gamma$", "cert."], body),
         f"One fully rotated head of width $d = k = r = {d_model}$ for each rotary base $b$: "
-        "its slowest and fastest frequency, their separation, condition (F), the classes of "
-        "$R(1)$, and the count against the measured rank (sequences of $d + 2$ tokens).",
-        "tab-rope-bases")
+        "its slowest frequency, the separation of its frequencies, condition (F), the "
+        "classes of $R(1)$, and the count against the measured rank (sequences of $d + 2$ "
+        "tokens).", "tab-rope-bases")
 
 
 def long_sequences(rows: Iterable[Mapping[str, Any]]) -> str:
