@@ -1,8 +1,9 @@
 """Computed values inside a page's prose and captions: glued, never typed by hand.
 
 A sentence or a figure caption that states a computed result takes the value from the
-executed notebook: a code cell calls ``glue_values(rope_agree=8, rope_heads=words([1, 2]))``
-and the Markdown (or the ``mystnb.figure.caption`` of a figure cell) cites
+executed notebook: a code cell calls ``glue_values(glue, rope_agree=8,
+rope_heads=words([1, 2]))`` (``glue`` is ``myst_nb.glue``, passed in so that idlib does not
+depend on myst-nb) and the Markdown (or the ``mystnb.figure.caption`` of a figure cell) cites
 ``{glue:text}`rope_agree```. The values are stored as plain text (an integer as it is, any
 other value as the string the caller made of it, without quotes), so that the stored output
 is the same on every CPU (nbval compares it): format a float yourself (``f"{x:.2e}"``).
@@ -10,7 +11,24 @@ is the same on every CPU (nbval compares it): format a float yourself (``f"{x:.2
 from __future__ import annotations
 
 import numbers
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
+
+
+class Text:
+    """A string shown as itself: its plain-text representation has no quotes (a ``str`` glued
+    as it is would show as ``'1 and 2'``)."""
+
+    def __init__(self, text: Any) -> None:
+        self.text = str(text)
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(self.text)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Text) and other.text == self.text
 
 
 def words(items: Iterable[Any], last: str = "and") -> str:
@@ -22,22 +40,18 @@ def words(items: Iterable[Any], last: str = "and") -> str:
 
 
 def glue_text(value: Any) -> Any:
-    """What ``glue_values`` stores for ``value``: an integer as it is, a string as plain text.
-
-    A float is refused (its last digits differ from one CPU to another): format it first.
-    """
-    from IPython.display import Pretty
-
-    if isinstance(value, bool) or isinstance(value, numbers.Integral):
-        return int(value) if not isinstance(value, bool) else Pretty(str(value))
-    if isinstance(value, numbers.Real):
+    """What ``glue_values`` stores for ``value``: an integer as it is, anything else as
+    ``Text``. A float is refused (its last digits differ from one CPU to another): format it
+    first."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
         raise TypeError(f"glue_values: format the float {value!r} first (f'{{x:.3e}}')")
-    return Pretty(str(value))
+    return Text(value)
 
 
-def glue_values(**values: Any) -> None:
-    """Glue each value under its name (not displayed), for ``{glue:text}`name``` in the page."""
-    from myst_nb import glue
-
+def glue_values(glue: Callable[..., Any], **values: Any) -> None:
+    """``glue(name, glue_text(value), display=False)`` for each value (``glue`` is
+    ``myst_nb.glue``): cite each in the page as ``{glue:text}`name```."""
     for name, value in values.items():
         glue(name, glue_text(value), display=False)

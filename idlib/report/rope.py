@@ -7,8 +7,10 @@ label of each is the one the text cites, {numref}`Table %s <tab-rope-...>`.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable, Mapping, Sequence
 
+from .plotting import COLORS
 from .tables import (captioned, format_certified, format_fraction, format_gap, format_roundoff,
                      format_share, markdown_table)
 
@@ -262,10 +264,6 @@ def plot_gap(ax: Any, rows: Sequence[Mapping[str, Any]], certify_gap: float,
     (``bases``' rows; separation 0, base 1, left out), one marker per family of bases, the
     points with a gap below ``label_below`` labelled off their markers (a leader line to
     each), and the certification threshold dashed."""
-    import math
-
-    from .plotting import COLORS
-
     for legend, member, marker, offset, ha in GAP_FAMILIES:
         pts = [s for s in rows if s["sep"] > 0 and member(s["base"])]
         ax.loglog([s["sep"] for s in pts], [s["m"].gap for s in pts], marker, mfc="none",

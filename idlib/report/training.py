@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from .plotting import COLORS
 from .tables import captioned, markdown_table
 
 MODE_NAMES = {None: "none", "project": "projection", "balance": "balancing"}
@@ -68,8 +69,6 @@ def plot_rebalancing(axes: Any, comparison: Mapping[tuple, Sequence[Any]],
     held-out loss over the seeds (line) and one standard deviation of its log10 (band). The
     line without rebalancing is drawn wide and beneath, the projection dashed, so that
     curves that coincide stay visible."""
-    from .plotting import COLORS
-
     style = {None: dict(color=COLORS["baseline"], lw=2.6),
              "project": dict(color=COLORS["closed_form"], ls="--"),
              "balance": dict(color=COLORS["measured"])}

@@ -21,6 +21,7 @@ from ..attention import n_params
 from ..verdict import measure_and_check
 from ..config import AttentionConfig, ConfigError
 from ..rank import measure_until_certified, spread_params  # noqa: F401 (re-exported)
+from ..report.parameters import ParameterError
 
 PROFILES = {
     "default": dict(n_configs=240, max_params=400, n_wide=12, max_params_wide=700),
@@ -188,8 +189,6 @@ def check_draws(n_configs: int, seed: int, max_d: int, max_params: int, n_wide: 
     """Raise ``ParameterError`` naming the knobs when ``sweep_configs`` cannot draw that many
     distinct configurations within the caps (the appendix's parameters cell calls it, so that
     such knobs fail there, before any measurement)."""
-    from ..report.parameters import ParameterError
-
     try:
         sweep_configs(n_configs, seed, max_d, max_params, n_wide, max_params_wide)
     except RuntimeError as e:
