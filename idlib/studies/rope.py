@@ -9,8 +9,10 @@
   to the output, from ``idlib.rank``) and ``short_causal_bounds`` (the QK fiber of a causal
   two-token sequence, chapter 4).
 * Frequencies: ``frequency_condition`` (condition (F) of chapter 4: no plane's angle congruent
-  to 0 or pi, no two planes' angles congruent up to sign, mod 2 pi) and ``separation`` (how far
-  a frequency vector is from breaking it).
+  to 0 or pi, no two planes' angles congruent up to sign, mod 2 pi), ``separation`` (how far
+  a frequency vector is from breaking it), ``frequency_cases`` (the ways chapter 4 breaks it)
+  and ``commutant_increase`` (what each way adds to the commutant, by the three rules of
+  chapter 4's proof, independently of ``counting.rope_commutant_dim``).
 * ``measure_seeds``: one configuration measured at several seeds, against its closed form
   (chapters 4 and 5).
 """
@@ -109,6 +111,48 @@ def frequency_condition(frequencies: torch.Tensor | list[float], tol: float = 1e
     """
     mults, plus, minus = rotation_classes(frequencies, 0, tol)
     return plus == 0 and minus == 0 and all(mu == 1 for mu in mults)
+
+
+FREQUENCY_CASES = ("default", "pair", "triple", "all", "reflected", "shifted", "zero", "pi")
+
+
+def frequency_cases(omega: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Chapter 4's frequency vectors, from ``omega`` (at least three planes), by name:
+
+    default (``omega`` itself), pair (omega_2 = omega_1), triple (omega_2 = omega_3 = omega_1),
+    all (every frequency omega_1), reflected (omega_2 = 2 pi - omega_1), shifted
+    (omega_2 = omega_1 + 2 pi), zero (omega_2 = 0) and pi (omega_2 = pi).
+    """
+    omega = torch.as_tensor(omega, dtype=DTYPE)
+    if omega.ndim != 1 or len(omega) < 3:
+        raise ValueError(f"frequency_cases: omega must list at least 3 frequencies, got "
+                         f"shape {tuple(omega.shape)}")
+    w1 = omega[0].item()
+
+    def changed(*changes: tuple[int, float]) -> torch.Tensor:
+        f = omega.clone()
+        for i, value in changes:
+            f[i] = value
+        return f
+
+    return {"default": omega.clone(), "pair": changed((1, w1)), "triple": changed((1, w1), (2, w1)),
+            "all": torch.full_like(omega, w1), "reflected": changed((1, 2 * math.pi - w1)),
+            "shifted": changed((1, w1 + 2 * math.pi)), "zero": changed((1, 0.0)),
+            "pi": changed((1, math.pi))}
+
+
+def commutant_increase(frequencies: torch.Tensor | list[float], pass_dims: int) -> int:
+    """dim C(R(1)) - (r + (k - r)^2), by the three rules of chapter 4 (theorem thm-rope-group):
+
+    each class of nu planes sharing one angle adds 2 nu (nu - 1); n_0 planes with angle 0 add
+    (k - r + 2 n_0)^2 - (k - r)^2 - 2 n_0; n_pi planes with angle pi add (2 n_pi)^2 - 2 n_pi.
+    Each term is zero exactly when its part of condition (F) holds.
+    """
+    mults, plus, minus = rotation_classes(frequencies, pass_dims)
+    n_zero, n_pi = (plus - pass_dims) // 2, minus // 2
+    return (sum(2 * nu * (nu - 1) for nu in mults)
+            + (pass_dims + 2 * n_zero) ** 2 - pass_dims ** 2 - 2 * n_zero
+            + (2 * n_pi) ** 2 - 2 * n_pi)
 
 
 @dataclass(frozen=True)

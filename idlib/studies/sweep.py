@@ -3,7 +3,8 @@
 ``sweep_configs`` draws distinct valid :class:`AttentionConfig` s that span every field (query
 heads, key/value groups, head and value widths below, at and above d/H and above d, rotary
 shares, rotary bases, every bias subset, causal masks); ``run_sweep`` measures each and
-compares; ``tally`` counts the agreements and lists the rest; ``coverage`` shows the reach.
+compares; ``tally`` counts the agreements and lists the rest; ``coverage`` shows the reach;
+``PROFILES`` holds the appendix's profile-dependent knobs.
 Every row that does not agree is a bug in the closed form or in the measurement.
 """
 from __future__ import annotations
@@ -20,6 +21,13 @@ from ..attention import n_params
 from ..verdict import measure_and_check
 from ..config import AttentionConfig, ConfigError
 from ..rank import measure_until_certified, spread_params  # noqa: F401 (re-exported)
+from ..report.parameters import ParameterError
+
+PROFILES = {
+    "default": dict(n_configs=240, max_params=400, n_wide=12, max_params_wide=700),
+    "full": dict(n_configs=800, max_params=1000, n_wide=40, max_params_wide=1600),
+}
+"""The appendix's profile-dependent knobs (``report.parameters.with_profile`` fills the None ones)."""
 
 # all 16 subsets of "qkvo", in a fixed order
 BIAS_SUBSETS = tuple("".join(c for c, on in zip("qkvo", bits) if on)
@@ -174,3 +182,16 @@ def coverage(configs: Iterable[AttentionConfig]) -> dict[str, Counter]:
         cats["bias"][c.bias or "none"] += 1
         cats["causal"][c.causal] += 1
     return cats
+
+
+def check_draws(n_configs: int, seed: int, max_d: int, max_params: int, n_wide: int,
+                max_params_wide: int) -> None:
+    """Raise ``ParameterError`` naming the knobs when ``sweep_configs`` cannot draw that many
+    distinct configurations within the caps (the appendix's parameters cell calls it, so that
+    such knobs fail there, before any measurement)."""
+    try:
+        sweep_configs(n_configs, seed, max_d, max_params, n_wide, max_params_wide)
+    except RuntimeError as e:
+        raise ParameterError(f"n_configs={n_configs}, max_d={max_d}, max_params={max_params}, "
+                             f"n_wide={n_wide}, max_params_wide={max_params_wide}: "
+                             f"{e}") from None

@@ -8,6 +8,9 @@ of what each run did along the orbit.
 * ``train`` runs one optimizer on a task and records a ``History`` (held-out loss, the share of
   each update in the orbit tangent, the drift of the conserved quantities C); ``train_runs``
   trains several runs in order; ``gradient`` is one loss gradient on a given batch.
+* The chapter's knobs: ``PROFILES`` (the values of the profile-dependent knobs) and the rules
+  its parameters cell checks them with (``LAYER``, ``RATES``, ``keys_rule``, ``pairs_rule``),
+  so that a wrong knob fails in the first cell, naming it.
 
 The machinery (projection onto T_theta O, the moment maps, balancing) is the core module
 :mod:`idlib.conservation`; this module only runs it.
@@ -24,7 +27,9 @@ from tqdm import tqdm
 
 from ..attention import DTYPE, Params, flatten, forward, init_params, random_inputs
 from ..config import AttentionConfig
-from ..conservation import balance, conserved, drift, overlap, project_step
+from ..conservation import (balance, check_supported, conserved, drift, overlap,
+                            project_step)
+from ..report.parameters import POSITIVE_INT, POSITIVE_REAL, Rule, layer
 
 
 class Rebalanced:
@@ -133,6 +138,55 @@ def associative_recall(config: AttentionConfig, n_keys: int = 8, n_pairs: int = 
 # --- training ---------------------------------------------------------------------------------
 
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
+
+# --- the chapter's knobs ------------------------------------------------------------------------
+
+PROFILES = {
+    "default": dict(steps=120, n_seeds=5, recall_keys=8, recall_pairs=4,
+                    teacher=dict(d_model=8, n_heads=4, n_kv_heads=2, head_dim=4),
+                    recall=dict(d_model=16, n_heads=4), rebalance_optimizers=["adam"]),
+    "full": dict(steps=600, n_seeds=10, recall_keys=12, recall_pairs=6,
+                 teacher=dict(d_model=12, n_heads=6, n_kv_heads=3, head_dim=4),
+                 recall=dict(d_model=24, n_heads=6), rebalance_optimizers=list(OPTIMIZERS)),
+}
+"""Chapter 6's profile-dependent knobs (``report.parameters.with_profile`` fills the None ones)."""
+
+TASKS = ("teacher-student", "associative recall")
+
+
+def _trainable(x: dict) -> str | None:
+    why = layer().reason(x)
+    if why is not None:
+        return why
+    try:
+        check_supported(AttentionConfig(**x))
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+LAYER = Rule("a dict of AttentionConfig fields (names to values)",
+             lambda x: isinstance(x, dict) and all(isinstance(k, str) for k in x), _trainable)
+"""A layer knob: it builds (its own rule in the message) and ``idlib.conservation`` treats it."""
+
+RATES = Rule("{task: {'sgd': rate, 'adam': rate}} for both tasks, every rate positive",
+             lambda x: isinstance(x, dict) and set(x) == set(TASKS)
+             and all(isinstance(v, dict) and set(v) == {"sgd", "adam"}
+                     and all(POSITIVE_REAL.holds(r) for r in v.values()) for v in x.values()))
+"""The learning-rate knob: one SGD and one Adam rate per task (momentum and AdamW derive theirs)."""
+
+
+def keys_rule(recall: object) -> Rule:
+    """The recall task's key count: keys and values take 2 n_keys <= d_model dimensions."""
+    d = recall.get("d_model") if isinstance(recall, dict) else None
+    return Rule(f"an integer from 1 to d_model / 2 = {d!r} / 2 of the recall layer",
+                lambda x: POSITIVE_INT.holds(x) and 2 * x <= d)
+
+
+def pairs_rule(n_keys: object) -> Rule:
+    """The recall task's pairs per sequence: distinct keys, so at most n_keys."""
+    return Rule(f"an integer from 1 to recall_keys = {n_keys!r}",
+                lambda x: POSITIVE_INT.holds(x) and x <= n_keys)
 
 
 def gradient(task: Task, params: Params, batch: tuple) -> Params:
