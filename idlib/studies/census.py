@@ -37,7 +37,9 @@ from ..config import RULES, AttentionConfig, ConfigError, LatentAttentionConfig
 from ..counting import check_derived, count
 from ..hf import model_from_hf
 from ..model import Model, count_model
-from ..report.tables import format_share
+from ..report import tables as _t
+from ..report.layers import layer_label
+from ..report.tables import format_gap, format_share
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "data" / "configs"
 
@@ -431,14 +433,9 @@ def type_lines(rows: list[dict[str, Any]], width: int = 76) -> list[str]:
 # (MyST, ``idlib.report.tables.captioned``), a figure, or text for ``{glue:text}``; the chapter's
 # words around those numbers are checked in tests/test_census_statements.py.
 
-def _tables():
-    from ..report import tables
-    return tables
-
-
 def data_table(models: list[CensusModel]) -> str:
     """The shipped configs: model, model_type, repository, fields not confirmed (numbered)."""
-    t = _tables()
+    t = _t
     rows = [[m.name, f"`{m.model_type}`", m.source.replace("/config.json", ""),
              ", ".join(f"`{f}`" for f in m.unconfirmed_fields) or "-"] for m in models]
     return t.captioned(t.markdown_table(
@@ -490,7 +487,7 @@ def angles_table(models: list[CensusModel]) -> tuple[str, dict[str, str]]:
     """The RoPE schedules against conditions (a) and (b) (numbered table) and, for the prose,
     how many meet them and how many have their closest coincidence between the two slowest
     planes."""
-    t = _tables()
+    t = _t
     rows, ok, slow = [], 0, 0
     for name, config in rope_schedules(models):
         holds = frequencies_generic(config)[0]
@@ -517,14 +514,14 @@ def plain_rotary(config: Any) -> bool:
     soft-cap, without a key bias.)"""
     return (isinstance(config, AttentionConfig) and config.rotary_dim == config.head_dim > 0
             and not config.bias and config.value_dim == config.head_dim
-            and config.qk_norm == "none" and config.kv_latent is None)
+            and not variants.BY_NAME["qk_norm"].active(config) and config.kv_latent is None)
 
 
 def closed_form_table(models: list[CensusModel]) -> tuple[str, dict[str, str]]:
     """The census theorem's share (1 + k)/(2d(m + 1)), and k/(d(m + 1)) without RoPE, against
     the count of every census layer it applies to, in exact fractions (numbered table)."""
     from fractions import Fraction
-    t = _tables()
+    t = _t
     rows, equal = [], 0
     for m in models:
         c = m.config
@@ -559,7 +556,7 @@ def _generic(m: CensusModel) -> bool | None:
 def census_markdown(rows: list[dict[str, Any]], models: list[CensusModel]) -> tuple[str, list[str]]:
     """The census (numbered table) and the lines printed under it: per layer type of the models
     whose layers differ, then the footnotes."""
-    t = _tables()
+    t = _t
     generic = {m.slug: _generic(m) for m in models}
     angles = {True: "hold", False: "FAIL", None: "no RoPE"}
     body = []
@@ -583,7 +580,7 @@ def census_markdown(rows: list[dict[str, Any]], models: list[CensusModel]) -> tu
 
 def effects_markdown(rows: list[dict[str, Any]]) -> str:
     """The share of every exact row with one design choice undone (numbered table)."""
-    t = _tables()
+    t = _t
     body = [[r["name"], *(r["share_text"][key] for key in SHARE_KEYS)]
             for r in rows if r["status"] == "exact"]
     return t.captioned(t.markdown_table(["model", "$U/P$", "no RoPE", "no grouping",
@@ -597,7 +594,7 @@ def extremes(rows: list[dict[str, Any]], n: int = 3) -> dict[str, str]:
     """The largest and smallest shares among the exact rows, for the prose: 'census-largest'
     (the n largest, in order, with their shares), 'census-smallest' (the smallest), and the
     exact rows' total."""
-    t = _tables()
+    t = _t
     exact = sorted((r for r in rows if r["status"] == "exact"),
                    key=lambda r: (-Fraction(r["unidentified"], r["total"]), r["name"]))
     text = lambda r: f"{r['name']} ({t.format_share(r['unidentified'], r['total'])})"  # noqa: E731
@@ -682,16 +679,17 @@ def grouping_factors(rows: list[dict[str, Any]], models: list[CensusModel]) -> l
     return out
 
 
-def effects_figure(rows: list[dict[str, Any]], colors: dict[str, str]) -> Any:
+def effects_size(rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """The figure size (inches) of :func:`draw_effects` for these rows."""
+    return 7.0, 0.36 * sum(r["share"] is not None for r in rows) + 1.6
+
+
+def draw_effects(ax: Any, rows: list[dict[str, Any]], colors: dict[str, str]) -> None:
     """Each model's share as published (grey rings, drawn on top, so a marker that coincides
     shows inside) and with one design choice undone (filled markers, each kind a little above
     or below the model's line, so that equal values stay visible), log axis."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
     shown = [r for r in rows if r["share"] is not None]
-    y = np.arange(len(shown))
-    fig, ax = plt.subplots(figsize=(7.0, 0.36 * len(shown) + 1.6))
+    y = list(range(len(shown)))
     marks = [("share_without_rope", "no RoPE", colors["rope"], ">"),
              ("share_without_grouping", "no grouping", colors["gqa"], "s"),
              ("share_without_qk_norm", "no QK-norm", colors["baseline"], "D")]
@@ -710,14 +708,11 @@ def effects_figure(rows: list[dict[str, Any]], colors: dict[str, str]) -> Any:
     ax.set_xscale("log")
     ax.set_xlabel(r"unidentified share of one layer, $U/P$ (%)")
     ax.legend(loc="lower center", bbox_to_anchor=(0.4, 1.0), ncol=2)
-    fig.tight_layout()
-    return fig
 
 
 def twin_markdown(checks: list[dict[str, Any]]) -> str:
     """Every twin's closed form against its measured rank, every seed (numbered table)."""
-    t = _tables()
-    from ..report.layers import layer_label
+    t = _t
     body = [[", ".join(ch["models"]), layer_label(ch["twin"]), run["seed"], run["n_params"],
              run["closed_form_identified"], run["rank"],
              f"{run['closed_form_unidentified']} / {run['measured_unidentified']}",
@@ -742,13 +737,14 @@ def twin_label(check: dict[str, Any]) -> str:
     return first + (f" +{more}" if more else "")
 
 
-def twins_figure(checks: list[dict[str, Any]], colors: dict[str, str]) -> Any:
-    """U of each twin: closed form (bars) and measured at every seed (marks)."""
-    import matplotlib.pyplot as plt
-    import numpy as np
+def twins_size(checks: list[dict[str, Any]]) -> tuple[float, float]:
+    """The figure size (inches) of :func:`draw_twins`."""
+    return 7.0, 0.4 * len(checks) + 1.4
 
-    fig, ax = plt.subplots(figsize=(7.0, 0.4 * len(checks) + 1.4))
-    y = np.arange(len(checks))
+
+def draw_twins(ax: Any, checks: list[dict[str, Any]], colors: dict[str, str]) -> None:
+    """U of each twin: closed form (bars) and measured at every seed (marks)."""
+    y = list(range(len(checks)))
     ax.barh(y, [c["runs"][0]["closed_form_unidentified"] for c in checks],
             color=colors["closed_form"], alpha=0.8, label="closed form")
     for i, c in enumerate(checks):
@@ -759,13 +755,10 @@ def twins_figure(checks: list[dict[str, Any]], colors: dict[str, str]) -> Any:
     ax.invert_yaxis()
     ax.set_xlabel("unidentified parameters $U$ of the twin")
     ax.legend(loc="lower center", bbox_to_anchor=(0.4, 1.0), ncol=2)
-    fig.tight_layout()
-    return fig
 
 
 def twin_summary(checks: list[dict[str, Any]]) -> dict[str, str]:
     """For the prose: how many twins agree, certified, at every seed, and the smallest gap."""
-    from ..certify import format_gap
     runs = [r for c in checks for r in c["runs"]]
     return {"census-twins": str(len(checks)), "census-twin-runs": str(len(runs)),
             "census-twins-agree": f"{sum(c['agrees'] for c in checks)} of {len(checks)}",
@@ -776,7 +769,7 @@ def beyond_attention(row: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
     """For a pre-norm RMSNorm model with two norms per block (the row of Llama 3 8B): the lines
     that put its norm gains and the residual-stream rotation beside the census count, and the
     numbers the prose pastes."""
-    t = _tables()
+    t = _t
     d, L = row["config"]["d_model"], row["layers"]
     parts = {"attention (census)": (row["total"], row["unidentified"]),
              "norm gains, 2 per block": (2 * L * d, 2 * L * d),

@@ -381,12 +381,9 @@ def eps_lines(study: EpsStudy, at: float = 1e-6) -> tuple[list[str], dict[str, s
                    "impl-eps-decades": f"{decades:.1f}"}
 
 
-def eps_figure(study: EpsStudy, colors: dict[str, str]) -> Any:
+def draw_eps(ax: Any, study: EpsStudy, colors: dict[str, str]) -> None:
     """The scale directions' singular values and sigma_I against delta (log-log), with the
     line sigma = delta sigma_1 for reference."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
     pos = [(i, d) for i, d in enumerate(study.deltas) if d > 0]
     xs = [d for _, d in pos]
     for j in range(study.n_scale):
@@ -398,5 +395,3 @@ def eps_figure(study: EpsStudy, colors: dict[str, str]) -> Any:
     ax.set_xlabel(r"norm epsilon $\delta$")
     ax.set_ylabel(r"$\sigma / \sigma_1$")
     ax.legend()
-    fig.tight_layout()
-    return fig

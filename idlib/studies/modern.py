@@ -13,7 +13,10 @@ from typing import Any
 from .. import implementations, variants
 from ..hf import model_from_hf
 from ..model import LayerType, count_model
+from ..report.layers import layer_label
+from ..report.tables import captioned, format_gap, format_share, markdown_table
 from ..verdict import Check
+from .variants import labelled_checks
 
 # short names for the table (its caption spells them out)
 CAPABILITY_NAMES = {"structured": "fast", "closed_blocks": "closed", "symmetry": "group",
@@ -123,9 +126,6 @@ def own_table(entries: list[tuple[str, dict[str, Any]]], seeds: list[int], capti
     """Closed form against the measured rank of idlib's layer for (label, fields) entries, at
     every seed: a numbered table of the first seed's checks, the tally over every seed
     appended to the caption ('5 of 5 agree (1 seed)')."""
-    from ..report.layers import layer_label
-    from ..report.tables import captioned, format_gap, format_share, markdown_table
-    from .variants import labelled_checks
     runs = [labelled_checks(entries, seed=s) for s in seeds]
     rows = [[c.label, layer_label(c.config), c.total, c.unidentified, c.measured_unidentified,
              format_share(c.unidentified, c.total), format_gap(c.gap),
@@ -140,7 +140,6 @@ def own_table(entries: list[tuple[str, dict[str, Any]]], seeds: list[int], capti
 def mixed_table(layer_text: Any) -> str:
     """The models whose layers differ, read layer by layer and counted type by type
     (numbered)."""
-    from ..report.tables import captioned, markdown_table
     return captioned(markdown_table(
         ["config", "layers", "layer", "$P$ per layer", "$U$ per layer"], mixed_rows(layer_text),
         align="lllrr"), "Models whose layers differ, read layer by layer "
@@ -150,8 +149,6 @@ def mixed_table(layer_text: Any) -> str:
 
 def modules_table(checks: list[tuple[str, LayerType, Check]]) -> str:
     """The families' own modules, one row per layer type (numbered)."""
-    from ..report.layers import layer_label
-    from ..report.tables import captioned, format_gap, markdown_table
     rows = [[label, t.label, layer_label(c.config), c.total, c.unidentified,
              c.measured_unidentified, format_gap(c.gap), "yes" if c.agrees else "NO"]
             for label, t, c in checks]

@@ -5,7 +5,7 @@ to cross every regime of the count) as (key, label, AttentionConfig fields) trip
 names the row in the chapter's prose (``glue_values``), the label in its table and figure (it
 may hold TeX between dollars, which both MathJax and matplotlib typeset).  ``run_section``
 measures each at every seed and pairs it with its closed form (``idlib.verdict.Check``);
-``section_table`` prints a section as a numbered table, ``summary_figure`` plots every section.
+``section_table`` prints a section as a numbered table, ``draw_summary`` plots every section.
 """
 from __future__ import annotations
 
@@ -103,14 +103,15 @@ def disagreements(sections: Sequence[Section]) -> list[str]:
             for seed, checks in zip(s.seeds, s.per_seed) for c in checks if not c.agrees]
 
 
-def summary_figure(sections: Sequence[Section], colors: dict[str, str]) -> Any:
-    """Every configuration's share U/P: closed form (bars) and measured at every seed (dots)."""
-    import matplotlib.pyplot as plt
-    import numpy as np
+def summary_size(sections: Sequence[Section]) -> tuple[float, float]:
+    """The figure size (inches) of :func:`draw_summary`."""
+    return 7.0, 0.32 * sum(len(s.keys) for s in sections) + 1.2
 
+
+def draw_summary(ax: Any, sections: Sequence[Section], colors: dict[str, str]) -> None:
+    """Every configuration's share U/P: closed form (bars) and measured at every seed (dots)."""
     rows = [(s, i) for s in sections for i in range(len(s.keys))]
-    fig, ax = plt.subplots(figsize=(7.0, 0.32 * len(rows) + 1.2))
-    y = np.arange(len(rows))[::-1]
+    y = list(range(len(rows)))[::-1]
     closed = [100 * s.per_seed[0][i].unidentified / s.per_seed[0][i].total for s, i in rows]
     ax.barh(y, closed, color=colors["closed_form"], alpha=0.8, label="closed form")
     for k, (s, i) in enumerate(rows):
@@ -122,8 +123,6 @@ def summary_figure(sections: Sequence[Section], colors: dict[str, str]) -> Any:
     ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.set_xlabel(r"unidentified share $U/P$ (%)")
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2)
-    fig.tight_layout()
-    return fig
 
 
 # -- the chapter's configurations: (key, label, AttentionConfig fields) ------------------------
