@@ -305,7 +305,7 @@ def softcap_table(seed: int) -> tuple[str, dict[str, str]]:
     table = captioned(markdown_table(
         ["layer", "cap", "$P$", "$U$ closed form", "$U$ measured", "gap $\\gamma$", "agrees"],
         rows, align="llrrrrl"),
-        "Soft-capped scores ($c = 50$) against the same layer uncapped, on idlib's layer: "
+        "Soft-capped scores ($s_{\\max} = 50$) against the same layer uncapped, on idlib's layer: "
         "{prf:ref}`thm-impl-softcap`'s count against the certified rank.", "tab-impl-softcap")
     return table, {"impl-softcap-agree": f"{sum(ok)} of {len(ok)}",
                    "impl-softcap-drops": ", ".join(str(x) for x in drops)}
