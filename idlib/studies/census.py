@@ -23,6 +23,7 @@ adjusted.
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 import math
 import textwrap
 from dataclasses import dataclass, field
@@ -36,7 +37,9 @@ from ..config import RULES, AttentionConfig, ConfigError, LatentAttentionConfig
 from ..counting import check_derived, count
 from ..hf import model_from_hf
 from ..model import Model, count_model
-from ..report.tables import format_share
+from ..report import tables as _t
+from ..report.layers import layer_label
+from ..report.tables import format_gap, format_share
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "data" / "configs"
 
@@ -423,3 +426,376 @@ def type_lines(rows: list[dict[str, Any]], width: int = 76) -> list[str]:
         for t in r.get("not_counted") or ():
             out.append(f"{r['name']}, {t['label']}: not counted ({t['reason']})")
     return [textwrap.fill(line, width, subsequent_indent="  ") for line in out]
+
+
+# -- chapter 8: its tables, figures and the numbers its prose pastes --------------------------
+# Every function below returns what a cell of chapters/08_census.ipynb shows: a numbered table
+# (MyST, ``idlib.report.tables.captioned``), a figure, or text for ``{glue:text}``; the chapter's
+# words around those numbers are checked in tests/test_census_statements.py.
+
+def data_table(models: list[CensusModel]) -> str:
+    """The shipped configs: model, model_type, repository, fields not confirmed (numbered)."""
+    t = _t
+    rows = [[m.name, f"`{m.model_type}`", m.source.replace("/config.json", ""),
+             ", ".join(f"`{f}`" for f in m.unconfirmed_fields) or "-"] for m in models]
+    return t.captioned(t.markdown_table(
+        ["model", "model_type", "Hugging Face repository (config.json)", "not confirmed"],
+        rows, align="llll"),
+        "The census models: the Hugging Face repository each config comes from, and the "
+        "fields whose values were seen only in third-party copies.", "tab-census-data")
+
+
+def rope_schedules(models: list[CensusModel]) -> list[tuple[str, AttentionConfig | LatentAttentionConfig]]:
+    """(name, layer) for every RoPE schedule of the census: each model's first rotary layer
+    type, and a second line for a model whose local layers use their own base (Gemma 3)."""
+    out = []
+    for m in models:
+        rotary = [t.config for t in (m.model.counted if m.model else ())
+                  if frequencies_generic(t.config)[0] is not None]
+        if not rotary:
+            continue
+        out.append((m.name, rotary[0]))
+        local = m.hf.get("text_config", m.hf).get("rope_local_base_freq")
+        if local is not None:
+            out.append((f"{m.name}, local layers", rotary[0].replace(rope_base=float(local))))
+    return out
+
+
+def angle_margin(config: AttentionConfig | LatentAttentionConfig) -> tuple[float, str]:
+    """The closest the folded RoPE angles come to a coincidence (the margin of
+    :func:`frequencies_generic`) and where: 'plane l to 0', 'plane l to pi' or 'planes l, l''
+    (planes numbered from 1, the fastest first), with ', the two slowest' when those are the
+    last two planes."""
+    if isinstance(config, LatentAttentionConfig):
+        config = config.rope_head()
+    two_pi = 2 * math.pi
+    omegas = [float(x) for x in rope_frequencies(config)]
+    if not omegas:
+        raise ValueError("angle_margin: the layer has no RoPE")
+    folded = sorted((min(w % two_pi, two_pi - w % two_pi), l + 1) for l, w in enumerate(omegas))
+    cands = [(folded[0][0], f"plane {folded[0][1]} to 0"),
+             (math.pi - folded[-1][0], f"plane {folded[-1][1]} to pi")]
+    n = len(omegas)
+    for (a, la), (b, lb) in zip(folded, folded[1:]):
+        lo, hi = sorted((la, lb))
+        where = f"planes {lo}, {hi}" + (", the two slowest" if (lo, hi) == (n - 1, n) else "")
+        cands.append((b - a, where))
+    return min(cands)
+
+
+def angles_table(models: list[CensusModel]) -> tuple[str, dict[str, str]]:
+    """The RoPE schedules against conditions (a) and (b) (numbered table) and, for the prose,
+    how many meet them and how many have their closest coincidence between the two slowest
+    planes."""
+    t = _t
+    rows, ok, slow = [], 0, 0
+    for name, config in rope_schedules(models):
+        holds = frequencies_generic(config)[0]
+        c = config.rope_head() if isinstance(config, LatentAttentionConfig) else config
+        margin, where = angle_margin(config)
+        ok += bool(holds)
+        slow += where.endswith("the two slowest")
+        rows.append([name, f"{c.rope_base:g}", c.rotary_dim, "yes" if holds else "NO",
+                     f"{margin:.1e}", where.replace(" pi", " $\\pi$")])
+    table = t.captioned(t.markdown_table(
+        ["model", "base $b$", "$r$", "(a) and (b)", "closest (rad)", "where"], rows,
+        align="lrrlrl"),
+        "The RoPE angles of every census model against conditions (a) and (b) of "
+        "{prf:ref}`thm-census-gqa-rope`: the $r/2$ angles folded into $[0, \\pi]$, and the "
+        "smallest distance between two of them or to $0$ or $\\pi$ (planes numbered from the "
+        "fastest).", "tab-census-angles")
+    n = len(rows)
+    return table, {"census-schedules-ok": f"{ok} of {n}", "census-schedules-slow": f"{slow} of {n}"}
+
+
+def plain_rotary(config: Any) -> bool:
+    """Is the layer counted by the census theorem's closed form: no biases, full RoPE, v = k,
+    no QK-norm, no latent? (Other variants may be on when they change no count here: Gemma 2's
+    soft-cap, without a key bias.)"""
+    return (isinstance(config, AttentionConfig) and config.rotary_dim == config.head_dim > 0
+            and not config.bias and config.value_dim == config.head_dim
+            and not variants.BY_NAME["qk_norm"].active(config) and config.kv_latent is None)
+
+
+def closed_form_table(models: list[CensusModel]) -> tuple[str, dict[str, str]]:
+    """The census theorem's share (1 + k)/(2d(m + 1)), and k/(d(m + 1)) without RoPE, against
+    the count of every census layer it applies to, in exact fractions (numbered table)."""
+    from fractions import Fraction
+    t = _t
+    rows, equal = [], 0
+    for m in models:
+        c = m.config
+        if c is None or not plain_rotary(c):
+            continue
+        n, nope = count(c), count(c.replace(rope_fraction=0.0))
+        formula = Fraction(1 + c.head_dim, 2 * c.d_model * (c.group_size + 1))
+        no_rope = Fraction(c.head_dim, c.d_model * (c.group_size + 1))
+        same = (Fraction(n.unidentified, n.total) == formula,
+                Fraction(nope.unidentified, nope.total) == no_rope)
+        equal += all(same)
+        rows.append([m.name, c.group_size, t.format_fraction(n.unidentified, n.total),
+                     str(formula), "yes" if same[0] else "NO",
+                     t.format_fraction(nope.unidentified, nope.total),
+                     "yes" if same[1] else "NO"])
+    table = t.captioned(t.markdown_table(
+        ["model", "$m$", "$U/P$ (count)", "$(1+k)/(2d(m+1))$", "equal", "$U/P$, no RoPE",
+         "$= k/(d(m+1))$"], rows, align="lrrrlrl"),
+        "The closed form of {prf:ref}`thm-census-gqa-rope` against the count of every census "
+        "layer it applies to (no biases, full RoPE, $v = k$, no QK-norm), and the share "
+        "without RoPE, as exact fractions.", "tab-census-formula")
+    return table, {"census-formula-rows": f"{equal} of {len(rows)}"}
+
+
+def _generic(m: CensusModel) -> bool | None:
+    """Conditions (a), (b) on every rotary layer type of a model (None: no RoPE)."""
+    verdicts = {frequencies_generic(t.config)[0] for t in (m.model.counted if m.model else ())}
+    verdicts.discard(None)
+    return None if not verdicts else all(verdicts)
+
+
+def census_markdown(rows: list[dict[str, Any]], models: list[CensusModel]) -> tuple[str, list[str]]:
+    """The census (numbered table) and the lines printed under it: per layer type of the models
+    whose layers differ, then the footnotes."""
+    t = _t
+    generic = {m.slug: _generic(m) for m in models}
+    angles = {True: "hold", False: "FAIL", None: "no RoPE"}
+    body = []
+    for r in rows:
+        cells = table_cells(r)
+        body.append([cells[0], cells[1], cells[2], cells[3], cells[4], cells[5],
+                     angles[generic.get(r["slug"])]])
+    table = t.captioned(t.markdown_table(
+        ["model", "$L$", "$P$ per layer", "$P$, all layers", "$U$ per layer", "$U/P$",
+         "RoPE (a), (b)"], body, align="lrrrrrl"),
+        "The census: attention parameters $P$ and unidentified parameters $U$ of one layer "
+        "and of all $L$ layers, the unidentified share, and conditions (a), (b) of "
+        "{prf:ref}`thm-census-gqa-rope` on the model's RoPE angles. \"by type\": the layers "
+        "differ (listed under the table); * some config values were read from third-party "
+        "copies only.", "tab-census")
+    notes = type_lines(rows)
+    notes += [textwrap.fill(f"{r['name']}: {r['status']}: {r['reason']}.", 76,
+                            subsequent_indent="  ") for r in rows if r["status"] != "exact"]
+    return table, notes
+
+
+def effects_markdown(rows: list[dict[str, Any]]) -> str:
+    """The share of every exact row with one design choice undone (numbered table)."""
+    t = _t
+    body = [[r["name"], *(r["share_text"][key] for key in SHARE_KEYS)]
+            for r in rows if r["status"] == "exact"]
+    return t.captioned(t.markdown_table(["model", "$U/P$", "no RoPE", "no grouping",
+                                         "no QK-norm"], body, align="lrrrr"),
+                       "The unidentified share of each model's attention as published and with "
+                       "one design choice undone (\"-\": the model does not use it).",
+                       "tab-census-effects")
+
+
+def extremes(rows: list[dict[str, Any]], n: int = 3) -> dict[str, str]:
+    """The largest and smallest shares among the exact rows, for the prose: 'census-largest'
+    (the n largest, in order, with their shares), 'census-smallest' (the smallest), and the
+    exact rows' total."""
+    t = _t
+    exact = sorted((r for r in rows if r["status"] == "exact"),
+                   key=lambda r: (-Fraction(r["unidentified"], r["total"]), r["name"]))
+    text = lambda r: f"{r['name']} ({t.format_share(r['unidentified'], r['total'])})"  # noqa: E731
+    top = [text(r) for r in exact[:n]]
+    P = sum(r["total"] for r in exact)
+    U = sum(r["unidentified"] for r in exact)
+    return {"census-largest": ", ".join(top[:-1]) + " and " + top[-1],
+            "census-smallest": text(exact[-1]),
+            "census-exact-share": t.format_share(U, P),
+            "census-exact-rows": str(len(exact))}
+
+
+def _rotary_share(model: Model) -> str:
+    """How much of the model RoPE covers, in words, '' when every dimension of every layer."""
+    types = model.counted
+    rotary = [t for t in types if isinstance(t.config, AttentionConfig) and t.config.rotary_dim]
+    n_layers = sum(len(t.layers) for t in types)
+    n_rotary = sum(len(t.layers) for t in rotary)
+    parts = []
+    if n_rotary < n_layers:
+        parts.append(f"RoPE on {n_rotary} of {n_layers} layers")
+    fracs = {Fraction(t.config.rotary_dim, t.config.head_dim) for t in rotary}
+    if fracs != {1}:
+        parts.append("rotary share " + ", ".join(str(f) for f in sorted(fracs)))
+    return ", ".join(parts)
+
+
+def effect_summary(rows: list[dict[str, Any]], models: list[CensusModel]) -> dict[str, str]:
+    """The effect of each design choice as factors (share without it / share with it), in words
+    for the prose: RoPE where it covers every dimension of every layer and there is no QK-norm
+    ('census-rope-full': the range, 'census-rope-full-n'), RoPE elsewhere ('census-rope-other',
+    per model), grouping ('census-grouping': largest factor, model and m), QK-norm where RoPE
+    covers everything ('census-qkn-full') and elsewhere ('census-qkn-other')."""
+    by_slug = {m.slug: m for m in models}
+    full, other, qkn_full, qkn_other, grouping = [], [], [], [], []
+    for r in rows:
+        if r["status"] != "exact" or r["share_without_rope"] is None and \
+                r["share_without_grouping"] is None and r["share_without_qk_norm"] is None:
+            continue
+        m = by_slug[r["slug"]].model
+        where = _rotary_share(m)
+        qkn = r["share_without_qk_norm"] is not None
+        if r["share_without_rope"] is not None:
+            f = r["share_without_rope"] / r["share"]
+            if not where and not qkn:
+                full.append(f)
+            else:
+                why = ", ".join(x for x in (where, "QK-norm" if qkn else "") if x)
+                other.append(f"{r['name']} {f:.2f} ({why})")
+        if qkn:
+            f = r["share_without_qk_norm"] / r["share"]
+            (qkn_full if not where else qkn_other).append(
+                (f, r["name"] + ("" if not where else f" ({where})")))
+        if r["share_without_grouping"] is not None:
+            groups = {t.config.group_size for t in m.counted}
+            grouping.append((r["share_without_grouping"] / r["share"], r["name"],
+                             ", ".join(str(g) for g in sorted(groups))))
+    f_max, name, m_text = max(grouping)
+    return {
+        "census-rope-full": f"{min(full):.2f} to {max(full):.2f}",
+        "census-rope-full-n": str(len(full)),
+        "census-rope-other": "; ".join(other),
+        "census-grouping": f"{f_max:.1f} for {name} (group size {m_text})",
+        "census-grouping-n": str(len(grouping)),
+        "census-qkn-full": f"{min(f for f, _ in qkn_full):.2f} to {max(f for f, _ in qkn_full):.2f} "
+                           f"({', '.join(n for _, n in qkn_full)})",
+        "census-qkn-other": "; ".join(f"{n}: {f:.1f}" for f, n in qkn_other)}
+
+
+def grouping_factors(rows: list[dict[str, Any]], models: list[CensusModel]) -> list[tuple[str, int, Fraction]]:
+    """(name, m, share without grouping / share) of every exact uniform row with grouping."""
+    out = []
+    for r in rows:
+        m = next(x for x in models if x.slug == r["slug"])
+        if r["status"] != "exact" or r["share_without_grouping"] is None or m.config is None:
+            continue
+        ours = count(m.config)
+        ungrouped = count(m.config.replace(n_kv_heads=m.config.n_heads))
+        out.append((r["name"], m.config.group_size,
+                    Fraction(ungrouped.unidentified, ungrouped.total)
+                    / Fraction(ours.unidentified, ours.total)))
+    return out
+
+
+def effects_size(rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """The figure size (inches) of :func:`draw_effects` for these rows."""
+    return 7.0, 0.36 * sum(r["share"] is not None for r in rows) + 1.6
+
+
+def draw_effects(ax: Any, rows: list[dict[str, Any]], colors: dict[str, str]) -> None:
+    """Each model's share as published (grey rings, drawn on top, so a marker that coincides
+    shows inside) and with one design choice undone (filled markers, each kind a little above
+    or below the model's line, so that equal values stay visible), log axis."""
+    shown = [r for r in rows if r["share"] is not None]
+    y = list(range(len(shown)))
+    marks = [("share_without_rope", "no RoPE", colors["rope"], ">"),
+             ("share_without_grouping", "no grouping", colors["gqa"], "s"),
+             ("share_without_qk_norm", "no QK-norm", colors["baseline"], "D")]
+    for i, r in enumerate(shown):
+        xs = [100 * r[k] for k in SHARE_KEYS if r[k] is not None]
+        ax.plot([min(xs), max(xs)], [i, i], color=colors["unidentified"], lw=0.8, zorder=1)
+    ax.scatter([100 * r["share"] for r in shown], y, s=130, facecolors="none",
+               edgecolors=colors["unidentified"], linewidths=1.8, label="as published",
+               zorder=4)
+    for (key, label, color, marker), dy in zip(marks, (-0.22, 0.0, 0.22)):
+        pts = [(100 * r[key], i + dy) for i, r in enumerate(shown) if r[key] is not None]
+        ax.scatter([p[0] for p in pts], [p[1] for p in pts], color=color, marker=marker,
+                   s=28, label=label, zorder=3)
+    ax.set_yticks(y, [r["name"] for r in shown])
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel(r"unidentified share of one layer, $U/P$ (%)")
+    ax.legend(loc="lower center", bbox_to_anchor=(0.4, 1.0), ncol=2)
+
+
+def twin_markdown(checks: list[dict[str, Any]]) -> str:
+    """Every twin's closed form against its measured rank, every seed (numbered table)."""
+    t = _t
+    body = [[", ".join(ch["models"]), layer_label(ch["twin"]), run["seed"], run["n_params"],
+             run["closed_form_identified"], run["rank"],
+             f"{run['closed_form_unidentified']} / {run['measured_unidentified']}",
+             t.format_gap(run["gap"]), "yes" if run["certified"] else "NOT certified"]
+            for ch in checks for run in ch["runs"]]
+    return t.captioned(t.markdown_table(
+        ["models", "twin (layer measured)", "seed", "$P$", "$I$ (closed form)", "rank $J$",
+         "$U$ closed / measured", "gap $\\gamma$", "certified"], body, align="llrrrrrrl"),
+        "Each distinct twin: the closed-form identified count $I$ against the measured rank of "
+        "$J$, the gap $\\gamma$ at the cut and whether it is certified, at every seed.",
+        "tab-census-twins")
+
+
+def twin_label(check: dict[str, Any]) -> str:
+    """A short name for a twin: its first model ('RoPE layers' / 'NoPE layers' for a type of a
+    model whose layers differ) and '+n' for n more models that share it."""
+    first = check["models"][0]
+    if " (layers " in first:
+        kind = "RoPE layers" if check["twin"].rotary_dim else "NoPE layers"
+        first = f"{first.split(' (layers ')[0]}, {kind}"
+    more = len(check["models"]) - 1
+    return first + (f" +{more}" if more else "")
+
+
+def twins_size(checks: list[dict[str, Any]]) -> tuple[float, float]:
+    """The figure size (inches) of :func:`draw_twins`."""
+    return 7.0, 0.4 * len(checks) + 1.4
+
+
+def draw_twins(ax: Any, checks: list[dict[str, Any]], colors: dict[str, str]) -> None:
+    """U of each twin: closed form (bars) and measured at every seed (marks)."""
+    y = list(range(len(checks)))
+    ax.barh(y, [c["runs"][0]["closed_form_unidentified"] for c in checks],
+            color=colors["closed_form"], alpha=0.8, label="closed form")
+    for i, c in enumerate(checks):
+        vals = [r["measured_unidentified"] for r in c["runs"]]
+        ax.scatter(vals, [i] * len(vals), color=colors["measured"], marker="|", s=300,
+                   zorder=3, label="measured: $P$ - rank $J$" if i == 0 else None)
+    ax.set_yticks(y, [twin_label(c) for c in checks])
+    ax.invert_yaxis()
+    ax.set_xlabel("unidentified parameters $U$ of the twin")
+    ax.legend(loc="lower center", bbox_to_anchor=(0.4, 1.0), ncol=2)
+
+
+def twin_summary(checks: list[dict[str, Any]]) -> dict[str, str]:
+    """For the prose: how many twins agree, certified, at every seed, and the smallest gap."""
+    runs = [r for c in checks for r in c["runs"]]
+    return {"census-twins": str(len(checks)), "census-twin-runs": str(len(runs)),
+            "census-twins-agree": f"{sum(c['agrees'] for c in checks)} of {len(checks)}",
+            "census-twin-smallest-gap": format_gap(min(r["gap"] for r in runs))}
+
+
+def beyond_attention(row: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    """For a pre-norm RMSNorm model with two norms per block (the row of Llama 3 8B): the lines
+    that put its norm gains and the residual-stream rotation beside the census count, and the
+    numbers the prose pastes."""
+    t = _t
+    d, L = row["config"]["d_model"], row["layers"]
+    parts = {"attention (census)": (row["total"], row["unidentified"]),
+             "norm gains, 2 per block": (2 * L * d, 2 * L * d),
+             "residual-stream rotation": (0, d * (d - 1) // 2)}
+    P = sum(p for p, _ in parts.values())
+    U = sum(u for _, u in parts.values())
+    lines = [f"{part:25s} P {p:>13,}  U {u:>10,}"
+             for part, (p, u) in list(parts.items()) + [("together", (P, U))]]
+    rotation = parts["residual-stream rotation"][1] / row["unidentified"]
+    gains = parts["norm gains, 2 per block"][1] / U
+    lines += [f"rotation / attention unidentified: {rotation:.2f}",
+              f"U/P together {t.format_share(U, P)}; attention alone "
+              f"{t.format_share(row['unidentified'], row['total'])}"]
+    return lines, {"census-rotation-ratio": f"{rotation:.2f}",
+                   "census-gains-part": f"{100 * gains:.1f}%",
+                   "census-together-share": t.format_share(U, P),
+                   "census-attention-share": t.format_share(row["unidentified"], row["total"])}
+
+
+def group_sizes(models: list[CensusModel]) -> dict[int, list[str]]:
+    """The census models by group size m (every counted layer type of a model shares one m;
+    latent layers have none)."""
+    out: dict[int, list[str]] = {}
+    for m in models:
+        sizes = {t.config.group_size for t in (m.model.counted if m.model else ())
+                 if isinstance(t.config, AttentionConfig)}
+        for g in sizes:
+            out.setdefault(g, []).append(m.name)
+    return dict(sorted(out.items()))

@@ -13,7 +13,10 @@ from typing import Any
 from .. import implementations, variants
 from ..hf import model_from_hf
 from ..model import LayerType, count_model
+from ..report.layers import layer_label
+from ..report.tables import captioned, format_gap, format_share, markdown_table
 from ..verdict import Check
+from .variants import labelled_checks
 
 # short names for the table (its caption spells them out)
 CAPABILITY_NAMES = {"structured": "fast", "closed_blocks": "closed", "symmetry": "group",
@@ -111,3 +114,52 @@ def mixed_rows(layer_text: Any) -> list[list[Any]]:
         rows.append([f"{name}: model", f"{mc.counted_layers} counted", "", mc.total,
                      mc.unidentified])
     return rows
+
+
+# -- the chapter's tables of idlib's own layer -----------------------------------------------
+OWN_HEADERS = ["configuration", "layer measured", "$P$", "$U$ (closed form)", "$U$ (measured)",
+               "$U/P$", "gap $\\gamma$", "agrees"]
+
+
+def own_table(entries: list[tuple[str, dict[str, Any]]], seeds: list[int], caption: str,
+              name: str) -> str:
+    """Closed form against the measured rank of idlib's layer for (label, fields) entries, at
+    every seed: a numbered table of the first seed's checks, the tally over every seed
+    appended to the caption ('5 of 5 agree (1 seed)')."""
+    runs = [labelled_checks(entries, seed=s) for s in seeds]
+    rows = [[c.label, layer_label(c.config), c.total, c.unidentified, c.measured_unidentified,
+             format_share(c.unidentified, c.total), format_gap(c.gap),
+             "yes" if c.agrees else "NO"] for c in runs[0]]
+    agree = sum(c.agrees for run in runs for c in run)
+    n = len(seeds)
+    tally = f"{agree} of {sum(map(len, runs))} agree ({n} seed{'s' if n != 1 else ''})"
+    return captioned(markdown_table(OWN_HEADERS, rows, align="llrrrrrl"),
+                     f"{caption} {tally}.", name)
+
+
+def mixed_table(layer_text: Any) -> str:
+    """The models whose layers differ, read layer by layer and counted type by type
+    (numbered)."""
+    return captioned(markdown_table(
+        ["config", "layers", "layer", "$P$ per layer", "$U$ per layer"], mixed_rows(layer_text),
+        align="lllrr"), "Models whose layers differ, read layer by layer "
+        "(`idlib.hf.model_from_hf`) and counted type by type; the model rows are the sums over "
+        "the counted layers.", "tab-new-mixed")
+
+
+def modules_table(checks: list[tuple[str, LayerType, Check]]) -> str:
+    """The families' own modules, one row per layer type (numbered)."""
+    rows = [[label, t.label, layer_label(c.config), c.total, c.unidentified,
+             c.measured_unidentified, format_gap(c.gap), "yes" if c.agrees else "NO"]
+            for label, t, c in checks]
+    return captioned(markdown_table(
+        ["family", "layers", "layer measured", "$P$", "$U$ (closed form)", "$U$ (measured)",
+         "gap $\\gamma$", "agrees"], rows, align="lllrrrrl"),
+        "The 2026 mechanisms on the families' own modules, one row per layer type: the closed "
+        "form of the layer idlib reads from the config against the certified rank of the "
+        "module.", "tab-new-modules")
+
+
+def rope_free(data: dict[str, Any]) -> bool:
+    """Does every counted layer of a config read without RoPE?"""
+    return all(not t.config.rotary_dim for t in model_from_hf(data).counted)
