@@ -74,3 +74,17 @@ def test_pdf_linked_only_when_built(tmp_path):
     assert "{download}`book.pdf </_build/generated/book.pdf>`" in linked
     assert (out / "book.pdf").read_bytes() == pdf.read_bytes()
     assert linked.startswith("<!--") and "```{only} html" in linked
+
+
+def test_pdf_long_table_columns_fit_their_longest_word():
+    """_ext/book_latex.py: a longtable's column is at least its longest word (+2 for padding)
+    wide, and the rest of the line goes to the columns with more text."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_ext"))
+    import book_latex
+
+    prose = "a mechanism that is not derived, described in a sentence of some length " * 2
+    widths = book_latex.column_weights([["model type", "reason"], ["qwen2_5_vl_text", prose]])
+    assert widths[0] == len("qwen2_5_vl_text") + 2
+    assert sum(widths) == book_latex.LINE_CHARS
+    many = book_latex.column_weights([[f"column_{i}_name" for i in range(8)]])
+    assert many == [len("column_0_name") + 2] * 8      # more than a line: every word still fits
