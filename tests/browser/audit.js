@@ -4,7 +4,8 @@
 () => {
   const art = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
   const out = {raw_table: [], raw_tex: [], unresolved: [], math: [], overflow: [], clipped_text: [],
-               solution_visible: [], stderr: [], images: []};
+               solution_visible: [], stderr: [], images: [], code_width: [], uncaptioned_table: [],
+               parameters_visible: []};
   const vis = (el) => el && el.checkVisibility({checkOpacity: true, checkVisibilityCSS: true}) &&
                       el.getClientRects().length > 0;
   const short = (s, n = 90) => s.replace(/\s+/g, " ").trim().slice(0, n);
@@ -113,6 +114,50 @@
   }
   const sw = document.scrollingElement.scrollWidth;
   if (sw > window.innerWidth + 1) out.overflow.push(`the page scrolls sideways (${sw} px wide in a ${window.innerWidth} px window)`);
+
+  // ---- code: no line of a code cell (or of a code block) wider than its box; one would have
+  // to scroll sideways to read it. The message names the longest line and how many are too wide.
+  const charWidth = (el) => {
+    const c = document.createElement("canvas").getContext("2d");
+    const f = getComputedStyle(el);
+    c.font = `${f.fontStyle} ${f.fontWeight} ${f.fontSize} ${f.fontFamily}`;
+    return c.measureText("0123456789").width / 10;
+  };
+  for (const pre of art.querySelectorAll(".cell_input pre, div[class*='highlight-'] pre")) {
+    if (pre.closest(".cell_output") || !vis(pre) || pre.scrollWidth <= pre.clientWidth + 1) continue;
+    const f = getComputedStyle(pre);
+    const box = pre.clientWidth - parseFloat(f.paddingLeft) - parseFloat(f.paddingRight);
+    const fits = Math.floor(box / charWidth(pre));
+    const lines = pre.textContent.replace(/\n$/, "").split("\n");
+    const wide = lines.filter((l) => l.length > fits);
+    const long = lines.reduce((a, b) => (b.length > a.length ? b : a), "");
+    out.code_width.push(`${where(pre)}: code ${pre.scrollWidth} px wide in a ${pre.clientWidth} px box ` +
+                        `(scrolls sideways): ${wide.length || 1} line(s) over the ${fits} characters ` +
+                        `that fit, the longest ${long.length}: "${short(long, 80)}"`);
+  }
+
+  // ---- tables: in a chapter (every page under chapters/), each table carries a numbered
+  // caption ("Table 4.2 ...": a MyST table directive or idlib.report.tables.captioned).
+  out.tables = 0;
+  if (/\/chapters\/[^/]+\.html$/.test(location.pathname)) {
+    for (const t of art.querySelectorAll("table")) {
+      if (t.closest("mjx-container")) continue;
+      out.tables += 1;
+      if (t.querySelector(":scope > caption .caption-number")) continue;
+      const head = t.querySelector("tr");
+      out.uncaptioned_table.push(`${where(t)}: table without a numbered caption (columns: ` +
+                                 `"${short(head ? [...head.cells].map((c) => c.textContent.trim()).join(" | ") : t.textContent, 70)}")`);
+    }
+  }
+
+  // ---- the parameters cell (papermill's): collapsed (tag hide-cell) or removed, never shown
+  for (const c of art.querySelectorAll(".cell.tag_parameters")) {
+    const inp = c.querySelector(".cell_input");
+    if (inp && vis(inp)) {
+      out.parameters_visible.push(`${where(c)}: the cell tagged parameters is shown (tag it hide-cell): ` +
+                                  `"${short(inp.textContent, 70)}"`);
+    }
+  }
 
   // ---- exercises: nothing of a closed solution visible, no answer printed after one
   const solutions = art.querySelectorAll("details, .solution, .toggle");

@@ -14,6 +14,11 @@ is, so a chapter's author can find it. The checks:
   in a horizontal scroll box, and the page itself never scrolls sideways;
 - clipped_text: no printed output line or display formula wider than its box (one would have
   to scroll to read it);
+- code_width: no line of a code cell or code block wider than its box (it would scroll
+  sideways; the book's code lines are at most 80 characters);
+- uncaptioned_table: every table of a chapter (a page under chapters/) has a numbered caption
+  ("Table 4.2"), so that the text can cite it as {numref}`Table %s <tab-...>`;
+- parameters_visible: the cell tagged ``parameters`` is collapsed (tag hide-cell) or removed;
 - figure_text: the smallest text of every figure is at least 9 px on screen;
 - solution_visible: nothing of a closed solution is visible, and no answer is printed after it;
 - stderr: no stderr output, no warning or error printed in an output;
@@ -34,7 +39,8 @@ from idlib.report import plotting
 
 PAGES = book_pages()
 CHECKS = ("network", "missing", "math", "raw_table", "raw_tex", "unresolved", "overflow", "clipped_text",
-          "figure_text", "solution_visible", "stderr", "js_error")
+          "code_width", "uncaptioned_table", "parameters_visible", "figure_text", "solution_visible",
+          "stderr", "js_error")
 MIN_TEXT_PX = 9.0
 # matplotlib's named sizes relative to font.size
 NAMED = {"xx-small": 0.579, "x-small": 0.694, "small": 0.833, "smaller": 0.833, "medium": 1.0,
@@ -103,6 +109,8 @@ def test_page(audited, page: str, width: int, check: str) -> None:
         problems = [f"missing local file: {u}" for u in result["missing"]]
     else:
         problems = result[check]
+    if check == "uncaptioned_table" and problems:
+        problems = [f"{len(problems)} of the page's {result['tables']} tables have no numbered caption"] + problems
     assert not problems, f"{page} at {width} px, {check}:\n  " + "\n  ".join(problems)
 
 

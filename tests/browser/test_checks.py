@@ -59,3 +59,59 @@ def test_audit_finds_math_written_as_plain_text(tmp_path):
         found = tab.evaluate(AUDIT_JS)["raw_tex"]
         b.close()
     assert sorted(m.split('"')[1] for m in found) == ["G(m+1)", "k^2", "sigma_1", "u/P"], found
+
+
+def _audit_page(path) -> dict:
+    from conftest import AUDIT_JS, chromium_path
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
+        tab = b.new_page(viewport={"width": 800, "height": 900})
+        tab.goto(path.as_uri())
+        found = tab.evaluate(AUDIT_JS)
+        b.close()
+    return found
+
+
+# A chapter's cells as myst-nb writes them: a parameters cell, shown or collapsed (hide-cell);
+# a code cell; a table with or without a numbered caption.
+CHAPTER = """<html><head><style>pre {{ overflow-x: auto; font: 14px monospace; }}</style></head><body>
+<article class="bd-article" style="width: 600px"><section id="setup">
+<div class="cell tag_parameters{hide_class}">{hide_open}<div class="cell_input"><div class="highlight-ipython3">
+<pre>profile = "default"   # default or full</pre></div></div>{hide_close}</div>
+</section><section id="results">
+<div class="cell"><div class="cell_input"><div class="highlight-ipython3"><pre>x = 1
+{code}</pre></div></div></div>
+<div class="cell_output"><table class="table">{caption}<tr><th>d</th><th>share</th></tr>
+<tr><td>4</td><td>12.50%</td></tr></table></div>
+<div class="cell_output"><pre>{long_output}</pre></div>
+</section></article></body></html>"""
+HIDDEN = dict(hide_class=" tag_hide-cell", hide_open='<details class="hide above-input"><summary>Show code cell '
+              "content</summary>", hide_close="</details>")
+SHOWN = dict(hide_class="", hide_open="", hide_close="")
+
+
+def test_audit_finds_wide_code_uncaptioned_tables_and_a_shown_parameters_cell(tmp_path):
+    """The three chapter checks fail on a page with the defect and pass on the page fixed;
+    the table rule applies to pages under chapters/ only, and printed outputs are not code."""
+    (tmp_path / "chapters").mkdir()
+    bad, good, guide = (tmp_path / "chapters" / "bad.html", tmp_path / "chapters" / "good.html",
+                        tmp_path / "guide.html")
+    wide = "result = compute_the_share(d_model, n_heads, n_kv_heads, head_dim, value_dim, rope)"
+    bad.write_text(CHAPTER.format(code=wide + "\n" + wide + "x", caption="", long_output="y" * 120, **SHOWN))
+    good.write_text(CHAPTER.format(code="share = compute_the_share(d_model, n_heads)",
+                                   caption='<caption><span class="caption-number">Table 3.1 </span>'
+                                           "<span>Shares.</span></caption>", long_output="y", **HIDDEN))
+    guide.write_text(bad.read_text())
+    found = _audit_page(bad)
+    assert len(found["code_width"]) == 1 and found["code_width"][0].startswith("#results: code ")
+    assert "2 line(s) over the" in found["code_width"][0] and f"the longest {len(wide) + 1}" in found["code_width"][0]
+    assert found["tables"] == 1 and found["uncaptioned_table"] == [
+        '#results: table without a numbered caption (columns: "d | share")']
+    assert len(found["parameters_visible"]) == 1 and found["parameters_visible"][0].startswith("#setup: ")
+    fixed = _audit_page(good)
+    assert (fixed["code_width"], fixed["uncaptioned_table"], fixed["parameters_visible"]) == ([], [], [])
+    assert fixed["tables"] == 1
+    outside = _audit_page(guide)
+    assert outside["uncaptioned_table"] == [] and outside["tables"] == 0 and len(outside["code_width"]) == 1
