@@ -28,6 +28,6 @@ ROW = Variant(
     fields={"causal": boolean},
     active=lambda config: config.causal,
     forward={"mask": mask},
-    capabilities=frozenset({"structured", "closed_blocks", "symmetry", "permute_heads", "twin", "sdpa",
+    capabilities=frozenset({"structured", "closed_blocks", "block", "symmetry", "permute_heads", "twin", "sdpa",
                             "conservation"}),
     text=lambda config: "causal", chapter="chapters 2, 4")

@@ -75,6 +75,6 @@ ROW = Variant(
     forward={"rotate": rotate},
     count={"widths": widths, "fibers": fibers},
     relations=relations, refuse=refuse,
-    capabilities=frozenset({"structured", "closed_blocks", "symmetry", "permute_heads", "twin", "sdpa",
+    capabilities=frozenset({"structured", "closed_blocks", "block", "symmetry", "permute_heads", "twin", "sdpa",
                             "conservation"}),
     text=lambda config: f"r={config.rotary_dim}", chapter="chapter 4")
