@@ -89,8 +89,8 @@ class Flow:
 
     @property
     def positions(self) -> torch.Tensor:
-        """Token positions 0 .. n - 1."""
-        return torch.arange(self.X.shape[1])
+        """Token positions 0 .. n - 1 (on the inputs' device)."""
+        return torch.arange(self.X.shape[1], device=self.X.device)
 
 
 @dataclass
