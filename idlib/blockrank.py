@@ -32,11 +32,16 @@ token is zero: all values are then equal), b_V and b_O to a stage of their own w
 Stage b feeds sequences whose tokens are supported on coordinates 1..hi_b: the derivatives of
 every later coordinate's parameters vanish on them *exactly* (a factor x[a] = 0), which is the
 triangular structure.  Stages: the zero-token stage (with value or output biases), then the first
-c_0 coordinates together (c_0 = 4 with one head per group: head outputs of one-dimensional tokens
-are nearly dependent functions, four coordinates make them well conditioned; c_0 = k with m = H/G
-> 1 heads per group: a stage of one coordinate sees 2 m a - m products of W_Q^h W_K^T for (m + 1) k
-parameters, too few below a = k, and the merged stage is exactly the layer restricted to k inputs,
-whose unidentified count is the whole layer's), then one stage per coordinate.
+c_0 coordinates together, then one stage per coordinate.  c_0 = 4 with one head per group and no
+RoPE (head outputs of one-dimensional tokens are nearly dependent functions; four coordinates
+make them well conditioned).  c_0 = k with m = H/G > 1 heads per group: a stage of one coordinate
+sees 2 m a - m products of W_Q^h W_K^T for (m + 1) k parameters, too few below a = k, while the
+merged stage is exactly the layer restricted to k inputs, whose unidentified count is the whole
+layer's.  c_0 = k with RoPE too: one coordinate a then sees wq_a R_delta wk_b, whose slow planes
+(cos(delta theta) ~ 1) are nearly alike, and the bound lost a few directions (measured at d = 256,
+H = 16: 18 instead of the commutant's 16 at a = 1); the merged stage sees the commutant exactly.
+With RoPE the sequences are at least ``ROPE_SEQ_LEN`` = 64 tokens long (offsets that turn the
+slow planes measurably).
 
 **A diagonal block.**  In stage b, for key/value group g, the rows are (output (h, c) of a head h
 of the group, token t) and the columns are the stage's parameters of the group, plus the W_O
@@ -107,6 +112,8 @@ closed form's symmetry; it is reported, also as not certified (J's rank is then 
 from __future__ import annotations
 
 import math
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -121,7 +128,8 @@ from .counting import count
 __all__ = ["BlockRank", "BlockCertificate", "Stage", "applicable", "block_point", "stages",
            "stage_inputs", "group_block", "certify_block", "block_rank"]
 
-FIRST_COORDINATES = 4    # m = 1: the first 4 input coordinates form one stage
+FIRST_COORDINATES = 4    # m = 1 without RoPE: the first 4 input coordinates form one stage
+ROPE_SEQ_LEN = 64        # with RoPE, sequences of at least 64 tokens (offsets that resolve slow planes)
 TOKEN_SCALE = 1.0        # tokens of stage b: entries N(0, d / hi_b) on coordinates 1..hi_b (scores O(1))
 TOKEN_MARGIN = 1.5       # tokens per stage: 1.5 x (Y's columns + the block's columns per output)
 SELECT_CUT = 1e-6        # scaled singular values below this are dropped by the column selection
@@ -213,14 +221,16 @@ def _group_columns(config: AttentionConfig, lo: int, hi: int, qk_biases: bool) -
 
 def stages(config: AttentionConfig) -> list[Stage]:
     """The stages in order (module docstring): zero tokens (with b_V or b_O), the first c_0
-    coordinates (c_0 = min(d, 4) for m = 1, k for m > 1), then one coordinate each.
+    coordinates (c_0 = min(d, 4) for m = 1 without RoPE, k for m > 1 or with RoPE), then one
+    coordinate each.
 
     Tokens per stage: N = max(2 k + 4, 1.5 (n_y + columns / (m v))) (keys must span R^k, and each
     output's N token rows must hold Y's n_y columns and its share of the block's), in sequences
-    of k + 2 tokens (at least 4)."""
+    of k + 2 tokens (at least 4; with RoPE at least ``ROPE_SEQ_LEN``)."""
     d, k, m, v = config.d_model, config.head_dim, config.group_size, config.value_dim
-    seq_len = max(4, k + 2)
-    first = min(d, k if m > 1 else FIRST_COORDINATES)
+    rotary = config.rotary_dim > 0
+    seq_len = max(4, k + 2, ROPE_SEQ_LEN if rotary else 0)
+    first = min(d, k if m > 1 or rotary else FIRST_COORDINATES)
     ranges = [(0, first)] + [(a, a + 1) for a in range(first, d)]
     out = []
     if config.has_bias("v") or config.has_bias("o"):
@@ -254,7 +264,7 @@ def _abs_rope(x: torch.Tensor, frequencies: torch.Tensor, positions: torch.Tenso
     half = frequencies.shape[0]
     if half == 0:
         return x
-    angle = positions.to(DTYPE)[:, None] * frequencies[None, :]
+    angle = positions.to(device=x.device, dtype=DTYPE)[:, None] * frequencies.to(x.device)[None, :]
     cos, sin = angle.cos().abs(), angle.sin().abs()
     x1, x2, rest = x[..., :half], x[..., half:2 * half], x[..., 2 * half:]
     return torch.cat([x1 * cos + x2 * sin, x1 * sin + x2 * cos, rest], dim=-1)
@@ -704,51 +714,45 @@ def select_y(Y: torch.Tensor, FY: torch.Tensor) -> torch.Tensor:
 
 # -- one run -----------------------------------------------------------------------------
 
-def predicted_change(config: AttentionConfig, stage: Stage, Y: torch.Tensor, blocks: list[torch.Tensor],
-                     direction: torch.Tensor) -> torch.Tensor:
-    """J[R_b, C_b] t from the blocks, shape (N, d): group g's outputs from K_{b,g} t, every
-    output from Y's columns (the W_O entries and b_O of the stage)."""
-    m, v, d = config.group_size, config.value_dim, config.d_model
-    N = Y.shape[0]
-    out = torch.zeros(N, d, dtype=DTYPE, device=Y.device)
+def predicted_gradient(config: AttentionConfig, stage: Stage, Y: torch.Tensor,
+                       blocks: list[torch.Tensor], cotangent: torch.Tensor) -> torch.Tensor:
+    """u^T J[R_b, C_b] from the blocks, for a cotangent u of shape (N, d) on the stage's outputs:
+    K_{b,g}^T u on group g's columns, Y^T u on the W_O entries and b_O.  Returns (positions, values)
+    as one (2, n) tensor pair: the flat positions of C_b and u^T J there."""
+    m, v = config.group_size, config.value_dim
+    pos, val = [], []
     for g, K in enumerate(blocks):
-        t = direction[group_index(config, stage, g).to(Y.device)]
-        out[:, g * m * v:(g + 1) * m * v] += (K @ t).T
-    yi = y_index(config, stage).to(Y.device)
+        u = cotangent[:, g * m * v:(g + 1) * m * v].T                      # (m v, N)
+        pos.append(group_index(config, stage, g))
+        val.append(torch.einsum("jn,jnc->c", u, K))
+    yi = y_index(config, stage)
     if yi.numel():
-        out += Y @ direction[yi]
-    return out
+        pos.append(yi.reshape(-1))
+        val.append((Y.T @ cotangent).reshape(-1))
+    return torch.cat(pos), torch.cat(val)
 
 
 def check_stage(config: AttentionConfig, p: Params, X: torch.Tensor, stage: Stage, Y: torch.Tensor,
                 blocks: list[torch.Tensor], frequencies: torch.Tensor | None, seed: int) -> None:
     """Guard: the stage's blocks against the layer's own forward pass (``idlib.attention.forward``,
-    every variant hook), by two JVPs: along a random direction in the stage's columns the change
-    of the outputs must be the blocks' (to 1e-9 relative), and along one in the *later*
-    coordinates' columns it must vanish exactly (the triangular structure).  BlockError if not."""
-    theta = flatten(p)
+    every variant hook), by one backward pass: for a random cotangent u on the stage's outputs,
+    u^T J must be the blocks' on the stage's columns (to 1e-9 relative) and exactly zero on the
+    later coordinates' columns (the triangular structure).  BlockError if not."""
+    theta = flatten(p).detach().requires_grad_(True)
     gen = torch.Generator().manual_seed(seed + 77 * stage.hi)
-    own = torch.cat([group_index(config, stage, g) for g in range(config.n_kv_heads)]
-                    + [y_index(config, stage).reshape(-1)])
-    later = _later_index(config, stage)
-    f = lambda t: forward(config, unflatten(config, t), X, frequencies).reshape(-1, config.d_model)  # noqa: E731
-    for positions, expect_zero in ((own, False), (later, True)):
-        if not positions.numel():
-            continue
-        t = torch.zeros(theta.numel(), dtype=DTYPE)
-        t[positions] = torch.randn(positions.numel(), generator=gen, dtype=DTYPE)
-        t = t.to(theta.device)
-        change = torch.func.jvp(f, (theta,), (t,))[1]
-        if expect_zero:
-            if change.abs().max().item() != 0.0:
-                raise BlockError(f"stage {stage.lo}..{stage.hi}: the outputs move along later "
-                                 "coordinates' parameters (no triangular structure)")
-            continue
-        predicted = predicted_change(config, stage, Y, blocks, t)
-        err = (predicted - change).abs().max().item()
-        if err > 1e-9 * max(change.abs().max().item(), 1e-300):
-            raise BlockError(f"stage {stage.lo}..{stage.hi}: the closed-form blocks differ from the "
-                             f"layer's forward pass by {err:.2e} (a variant the blocks do not model?)")
+    out = forward(config, unflatten(config, theta), X, frequencies).reshape(-1, config.d_model)
+    u = torch.randn(out.shape, generator=gen, dtype=DTYPE).to(out.device)
+    grad = torch.autograd.grad((out * u).sum(), theta)[0].detach()
+    later = _later_index(config, stage).to(grad.device)
+    if later.numel() and grad[later].abs().max().item() != 0.0:
+        raise BlockError(f"stage {stage.lo}..{stage.hi}: the outputs move along later "
+                         "coordinates' parameters (no triangular structure)")
+    pos, predicted = predicted_gradient(config, stage, Y, blocks, u)
+    actual = grad[pos.to(grad.device)]
+    err = (predicted - actual).abs().max().item() if pos.numel() else 0.0
+    if err > 1e-9 * max(actual.abs().max().item(), 1e-300):
+        raise BlockError(f"stage {stage.lo}..{stage.hi}: the closed-form blocks differ from the "
+                         f"layer's forward pass by {err:.2e} (a variant the blocks do not model?)")
 
 
 def _later_index(config: AttentionConfig, stage: Stage) -> torch.Tensor:
@@ -779,6 +783,27 @@ class BlockRank:
 
 
 BLOCK_BYTES = 1 << 28     # a stage's blocks are made and certified for this many bytes of K at a time
+SMALL_STAGE_FLOPS = 2e8   # stages with fewer Gram-matrix flops run on one thread (module docstring)
+
+
+@contextmanager
+def threads_for(config: AttentionConfig, stage: Stage, device: torch.device):
+    """Run a small stage on one CPU thread, then restore torch's thread count.  Its tensors are
+    tiny (d = 256, H = 16: blocks of 576 x 48): a second thread only waits at every operation's
+    barrier, and on a busy machine that wait costs more than the work (measured: 8 s of CPU for
+    the whole layer on one thread, 75 s on two beside other jobs)."""
+    m, v = config.group_size, config.value_dim
+    c = _group_columns(config, stage.lo, stage.hi, stage.qk_biases)
+    flops = 2 * config.n_kv_heads * m * v * stage.n_tokens * c * c
+    before = torch.get_num_threads()
+    small = device.type == "cpu" and flops < SMALL_STAGE_FLOPS and before > 1
+    if small:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if small:
+            torch.set_num_threads(before)
 
 
 def group_chunk(config: AttentionConfig, stage: Stage) -> int:
@@ -790,12 +815,73 @@ def group_chunk(config: AttentionConfig, stage: Stage) -> int:
     return max(1, min(config.n_kv_heads, BLOCK_BYTES // per_group))
 
 
+BASE_BYTES = 400 * 2 ** 20   # the interpreter, torch and the layer's parameters, roughly
+
+
+def estimated_bytes(config: AttentionConfig) -> int:
+    """An estimate of the peak memory of ``block_rank`` (float64), before anything is built: over
+    the stages, the blocks of one chunk of groups (K, its absolute version, both scaled, the
+    projection: 5 x 8 x chunk m v N c bytes, and three Gram matrices 8 chunk c^2) plus the stage's
+    attention terms (A (v - Z) and its absolute version, the key/value covariances, and with RoPE
+    the rotated queries R_s^T q_t: about 8 B H n^2 (4 v + 4 k) bytes)."""
+    m, v, k, H = config.group_size, config.value_dim, config.head_dim, config.n_heads
+    rot = config.rotary_dim > 0
+    worst = 0
+    for st in stages(config):
+        B, n, N = st.n_sequences, st.seq_len, st.n_tokens
+        c = _group_columns(config, st.lo, st.hi, st.qk_biases)
+        chunk = group_chunk(config, st)
+        blocks = 8 * chunk * (5 * m * v * N * c + 3 * c * c)
+        terms = 8 * B * H * n * (n * (4 * v + (4 * k if rot else 0)) + 4 * v * k)
+        worst = max(worst, blocks + terms)
+    return BASE_BYTES + worst
+
+
 def checked_stages(n: int) -> set[int]:
     """Indices of the stages ``block_rank`` checks against the forward pass: CHECKED_STAGES of
     them, evenly spread, the first and the last included."""
     if n <= CHECKED_STAGES:
         return set(range(n))
     return {round(i * (n - 1) / (CHECKED_STAGES - 1)) for i in range(CHECKED_STAGES)}
+
+
+def certify_one_stage(config: AttentionConfig, p: Params, stage: Stage, seed: int,
+                      frequencies: torch.Tensor | None, check: bool,
+                      seconds: dict[str, float]) -> list[BlockCertificate]:
+    """Every diagonal block of one stage, certified (``certify_stage``): the G groups' blocks
+    (in chunks of ``group_chunk``) and the block of the outputs no head writes (H v < d).
+    ``check``: compare the blocks with the forward pass first (``check_stage``).  ``seconds``
+    accumulates the time of each phase."""
+    d, G, v, H = config.d_model, config.n_kv_heads, config.value_dim, config.n_heads
+    device = p["W_Q"].device
+    t0 = time.perf_counter()
+    X = stage_inputs(config, stage, seed, device)
+    terms = stage_terms(config, p, X, stage, frequencies)
+    Y, FY = y_block(config, terms, stage)
+    y_kept = select_y(Y, FY)
+    seconds["terms"] += time.perf_counter() - t0
+    blocks, certs = [], []
+    chunk = group_chunk(config, stage)
+    for g0 in range(0, G, chunk):
+        t1 = time.perf_counter()
+        groups = range(g0, min(G, g0 + chunk))
+        K = stage_blocks(config, terms, stage, groups)
+        FK = stage_blocks(config, terms, stage, groups, absolute=True)
+        t2 = time.perf_counter()
+        certs += certify_stage(Y, FY, K, FK, terms.e_E, y_kept)
+        seconds["blocks"] += t2 - t1
+        seconds["certify"] += time.perf_counter() - t2
+        del FK
+        if check:
+            blocks += list(K)
+    if d > H * v and Y.shape[1]:     # outputs no head writes: W_O and b_O only
+        empty = torch.zeros(d - H * v, Y.shape[0], 0, dtype=DTYPE, device=device)
+        certs.append(certify_block(Y, FY, empty, empty, terms.e_E, y_kept))
+    if check:
+        t3 = time.perf_counter()
+        check_stage(config, p, X, stage, Y, blocks, frequencies, seed)
+        seconds["check"] += time.perf_counter() - t3
+    return certs
 
 
 def block_rank(config: AttentionConfig, params: Params | None = None, seed: int = 0,
@@ -808,8 +894,6 @@ def block_rank(config: AttentionConfig, params: Params | None = None, seed: int 
     tensor is made and every product runs (float64).  ``check``: compare some stages' blocks with
     the forward pass (``check_stage``).
     """
-    import time
-
     rule = applicable(config)
     if rule is not None:
         raise BlockError(rule)
@@ -818,41 +902,14 @@ def block_rank(config: AttentionConfig, params: Params | None = None, seed: int 
     p = block_point(config, params, device)
     if frequencies is not None:
         frequencies = frequencies.to(device=device, dtype=DTYPE)
-    d, G, m, v, H = config.d_model, config.n_kv_heads, config.group_size, config.value_dim, config.n_heads
     plan = stages(config)
     check_at = checked_stages(len(plan)) if check else set()
     rank, n_rows, gaps, sigmas = 0, 0, [], []
     worst = (math.inf, None)
     seconds = {"terms": 0.0, "blocks": 0.0, "certify": 0.0, "check": 0.0}
     for i, stage in enumerate(plan):
-        t0 = time.perf_counter()
-        X = stage_inputs(config, stage, seed, device)
-        terms = stage_terms(config, p, X, stage, frequencies)
-        Y, FY = y_block(config, terms, stage)
-        t1 = time.perf_counter()
-        y_kept = select_y(Y, FY)
-        blocks, certs = [], []
-        chunk = group_chunk(config, stage)
-        for g0 in range(0, G, chunk):
-            t2 = time.perf_counter()
-            groups = range(g0, min(G, g0 + chunk))
-            K = stage_blocks(config, terms, stage, groups)
-            FK = stage_blocks(config, terms, stage, groups, absolute=True)
-            t3 = time.perf_counter()
-            certs += certify_stage(Y, FY, K, FK, terms.e_E, y_kept)
-            seconds["blocks"] += t3 - t2
-            seconds["certify"] += time.perf_counter() - t3
-            del FK
-            if i in check_at:
-                blocks += list(K)
-        if d > H * v and Y.shape[1]:     # outputs no head writes: W_O and b_O only
-            empty = torch.zeros(d - H * v, Y.shape[0], 0, dtype=DTYPE, device=device)
-            certs.append(certify_block(Y, FY, empty, empty, terms.e_E, y_kept))
-        seconds["terms"] += t1 - t0
-        if i in check_at:
-            t4 = time.perf_counter()
-            check_stage(config, p, X, stage, Y, blocks, frequencies, seed)
-            seconds["check"] += time.perf_counter() - t4
+        with threads_for(config, stage, device):
+            certs = certify_one_stage(config, p, stage, seed, frequencies, i in check_at, seconds)
         for c in certs:
             if c.rank:
                 gaps.append(c.gap)
@@ -860,8 +917,7 @@ def block_rank(config: AttentionConfig, params: Params | None = None, seed: int 
                 if c.gap < worst[0]:
                     worst = (c.gap, (stage.lo, stage.hi))
         rank += sum(c.rank for c in certs)
-        n_rows += stage.n_tokens * d
-        del terms, blocks
+        n_rows += stage.n_tokens * config.d_model
     P = n_params(config)
     closed_form = count(config, frequencies).identified
     gap = min(gaps) if gaps else math.inf
