@@ -29,8 +29,9 @@ from .counting import count
 from .fastrank import applicable
 from .hf import is_hf, model_from_data
 from .model import LayerType, Model, count_model
-from .rank import (AUTO_DENSE_MAX_PARAMS, DENSE_FALLBACK_MAX_PARAMS, STRUCTURED_FALLBACK_MAX_PARAMS,
-                   default_n_sequences, default_seq_len, takes_block_route)
+from .rank import (AUTO_DENSE_MAX_PARAMS, DENSE_FALLBACK_MAX_PARAMS, METHODS,
+                   STRUCTURED_FALLBACK_MAX_PARAMS, default_n_sequences, default_seq_len,
+                   takes_block_route)
 from .verdict import measure_and_check
 from .report.tables import format_share
 from .studies.census import census_rows, format_census
@@ -170,6 +171,10 @@ VERIFY_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
                                f"{STRUCTURED_MAX_PARAMS} where the structured rank engine does, "
                                f"else {DENSE_FALLBACK_MAX_PARAMS}: a ~1.25 N x N dense Jacobian); "
                                "layers whose measurement would not fit in memory are refused anyway")),
+    ("--method", dict(choices=METHODS, default="auto",
+                      help="the route that measures the rank (idlib.rank): auto (default: dense up "
+                           f"to {AUTO_DENSE_MAX_PARAMS} parameters, then block where it applies, "
+                           "then structured), dense, structured or block")),
     ("--device", dict(default="cpu", metavar="DEVICE",
                       help="where the measurement runs, in float64: cpu (default) or cuda "
                            "(cuda:1, ...: a GPU)")),
@@ -282,20 +287,24 @@ def available_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def measurement_bytes(config: AttentionConfig) -> int:
+def measurement_bytes(config: AttentionConfig, method: str = "auto") -> int:
     """An estimate of the memory ``measure`` needs (float64), before anything is built.
 
     Dense route: J (rows x P, rows = B n d) and the SVD's copy of it, plus a min(rows, P)^2
     workspace.  Structured route (idlib.fastrank): per group a (B n m v) x P_g Jacobian, three
     copies, P x U lifted kernel columns and J V (rows x U), U = count(config).unidentified.
     Block route (idlib.blockrank): one stage at a time (``blockrank.estimated_bytes``).
-    "auto" may take several: the largest of those it may take.
+    "auto" may take several: the largest of those it may take; ``method`` forces one.
     """
     P, n = n_params(config), default_seq_len(config)
     B = default_n_sequences(config, n)
     rows = B * n * config.d_model
     dense = 8 * (2 * rows * P + min(rows, P) ** 2)
-    block = takes_block_route(config)
+    if method == "dense":
+        return dense
+    if method == "block":
+        return blockrank.estimated_bytes(config)
+    block = method == "auto" and takes_block_route(config)
     if block and P > STRUCTURED_FALLBACK_MAX_PARAMS:
         return blockrank.estimated_bytes(config)
     if applicable(config) is not None or P <= AUTO_DENSE_MAX_PARAMS:
@@ -303,15 +312,21 @@ def measurement_bytes(config: AttentionConfig) -> int:
     per_group = B * n * config.group_size * config.value_dim * (P // config.n_kv_heads + 1)
     U = count(config).unidentified      # lifted kernel P x U (three copies) and J V (rows x U, two)
     structured = 8 * (3 * per_group + 3 * P * U + 2 * rows * U)
+    if method == "structured":
+        return structured
     if block:
         structured = max(structured, blockrank.estimated_bytes(config))
     return max(structured, dense) if P <= DENSE_FALLBACK_MAX_PARAMS else structured
 
 
-def default_max_params(config: AttentionConfig) -> int:
-    """--max-params when not given: the largest layer the route "auto" takes it by can measure."""
-    if takes_block_route(config) or (blockrank.applicable(config) is None
-                                      and n_params(config) > AUTO_DENSE_MAX_PARAMS):
+def default_max_params(config: AttentionConfig, method: str = "auto") -> int:
+    """--max-params when not given: the largest layer the route that measures it can measure
+    (``method``, or the one "auto" takes: block, structured or dense)."""
+    by_method = {"dense": DENSE_FALLBACK_MAX_PARAMS, "structured": STRUCTURED_MAX_PARAMS,
+                 "block": BLOCK_MAX_PARAMS}
+    if method != "auto":
+        return by_method[method]
+    if blockrank.applicable(config) is None:
         return BLOCK_MAX_PARAMS
     return STRUCTURED_MAX_PARAMS if applicable(config) is None else DENSE_FALLBACK_MAX_PARAMS
 
@@ -349,8 +364,12 @@ def check_verify_args(args: argparse.Namespace, config: AttentionConfig) -> None
     if not 0 <= args.seed <= MAX_SEED - args.attempts + 1:
         raise UsageError(f"--seed={show(args.seed)} must be in 0..{MAX_SEED} (with --attempts="
                          f"{show(args.attempts)}: at most {MAX_SEED - args.attempts + 1})")
+    rule = {"block": blockrank.applicable, "structured": applicable}.get(args.method,
+                                                                         lambda c: None)(config)
+    if rule is not None:
+        raise UsageError(f"--method {args.method} does not apply to this layer: {rule}")
     if args.max_params is None:
-        args.max_params = default_max_params(config)
+        args.max_params = default_max_params(config, args.method)
     if args.max_params < 1:
         raise UsageError(f"--max-params={show(args.max_params)} must be at least 1")
     device = measurement_device(args.device) if isinstance(args.device, str) else args.device
@@ -359,7 +378,7 @@ def check_verify_args(args: argparse.Namespace, config: AttentionConfig) -> None
     if P > args.max_params:
         raise UsageError(f"the layer has {P} parameters, more than --max-params={args.max_params} "
                          "(raise --max-params to insist)")
-    need, have = measurement_bytes(config), device_memory(device)
+    need, have = measurement_bytes(config, args.method), device_memory(device)
     if need > have:
         where = "available" if device.type == "cpu" else f"free on {device}"
         raise UsageError(f"measuring the layer's {P} parameters needs about {need / 1e9:.3g} GB "
@@ -379,9 +398,10 @@ def count_report(config: AttentionConfig) -> dict[str, Any]:
 
 
 def verify_report(config: AttentionConfig, seed: int, attempts: int = 1,
-                  spread_from: int | None = None, device: torch.device | None = None) -> dict[str, Any]:
+                  spread_from: int | None = None, device: torch.device | None = None,
+                  method: str = "auto") -> dict[str, Any]:
     out = count_report(config)
-    verdict = measure_and_check(config, seed, attempts, spread_from,
+    verdict = measure_and_check(config, seed, attempts, spread_from, method=method,
                                 **({} if device is None else {"device": device}))
     m, tries = verdict.measurement, verdict.attempts
     gap = _finite_or_none(m.gap)
@@ -545,7 +565,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("multi-head latent attention is measured on its transformers module: "
                              "add --implementation transformers")
         check_verify_args(args, config)
-    reports = [verify_report(c, args.seed, args.attempts, args.spread_from, args.device)
+    reports = [verify_report(c, args.seed, args.attempts, args.spread_from, args.device, args.method)
                for c in layers]
     if len(reports) == 1:
         print(json.dumps(reports[0], allow_nan=False) if args.json else

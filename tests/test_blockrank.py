@@ -259,7 +259,7 @@ def test_every_route_runs_on_cuda_in_float64():
 
 
 def _verify_args(**kw):
-    base = dict(attempts=1, spread_from=4, seed=0, max_params=None, device="cpu")
+    base = dict(attempts=1, spread_from=4, seed=0, max_params=None, device="cpu", method="auto")
     return argparse.Namespace(**(base | kw))
 
 
@@ -296,3 +296,14 @@ def test_cli_verify_reports_the_route(capsys):
     assert cli.main(["verify", "--d-model", "24", "--heads", "4", "--json"]) == 0
     n = json.loads(capsys.readouterr().out)["numerical"]
     assert n["method"] == "block" and n["certified"] and n["rank"] == 2016
+    assert cli.main(["verify", "--d-model", "8", "--heads", "2", "--method", "block", "--json"]) == 0
+    n = json.loads(capsys.readouterr().out)["numerical"]
+    assert n["method"] == "block" and n["certified"] and n["rank"] == 192
+
+
+def test_cli_method_that_does_not_apply_is_one_line(capsys):
+    assert cli.main(["verify", "--d-model", "8", "--heads", "2", "--qk-norm", "plain",
+                     "--method", "block"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "--method block does not apply to this layer: variant(s) " \
+        "qk_norm (qk_norm): no block structure declared" in err
