@@ -40,8 +40,8 @@ merged stage is exactly the layer restricted to k inputs, whose unidentified cou
 layer's.  c_0 = k with RoPE too: one coordinate a then sees wq_a R_delta wk_b, whose slow planes
 (cos(delta theta) ~ 1) are nearly alike, and the bound lost a few directions (measured at d = 256,
 H = 16: 18 instead of the commutant's 16 at a = 1); the merged stage sees the commutant exactly.
-With RoPE the sequences are at least ``ROPE_SEQ_LEN`` = 64 tokens long (offsets that turn the
-slow planes measurably).
+With RoPE the sequences are at least min(``ROPE_SEQ_LEN`` = 64, d + 2) tokens long (offsets that
+turn the slow planes measurably).
 
 **A diagonal block.**  In stage b, for key/value group g, the rows are (output (h, c) of a head h
 of the group, token t) and the columns are the stage's parameters of the group, plus the W_O
@@ -55,7 +55,9 @@ sqrt(k) with C_t = sum_s A_ts k_s (v_s - Z_t)^T, d Z_t[c] / d W_K[a, e] = sum_s 
 Z_t)[c] x_s[a] (R_s^T q_t)[e] / sqrt(k), d Z_t[c] / d W_V[a, f] = (A X)_t[a] delta_cf).  The
 outputs h v + c >= H v (when H v < d) see only W_O and b_O: the block I (x) Y_b.  The tests check
 every block against ``torch.func`` on small layers, and ``block_rank`` checks each run against the
-layer's own forward pass (a JVP, ``check_stage``).
+layer's own forward pass, every variant hook included (``check_stage``: one backward pass per
+checked stage, ``CHECKED_STAGES`` of them; the later coordinates' derivatives must vanish exactly,
+the stage's must be the blocks'; a BlockError otherwise).
 
 **The certificate of one block** (``certify_block``; rigorous for the computed block, then Weyl for
 the exact one):
@@ -72,34 +74,38 @@ the exact one):
    norms of the scaled Y and K_S, forming the Gram matrix errs by at most
    gamma_N (||Y||^2 + ||Y|| ||K||) + gamma_{m v N} ||K||^2 and the factorisation by at most
    gamma_{n_y+1} ||Y||^2 + gamma_{n_y} ||Y|| ||K|| + gamma_{m v n_y + |S| + 1} ||K||^2 (Higham,
-   Thm 10.3, entry by entry with its own number of terms); mu' = mu + 2 delta (delta their sum)
-   so that sigma_min(computed E_S) >= sqrt(mu), searched from half the smaller of the two
-   Gram matrices' least eigenvalues down by factors of 4.
+   Thm 10.3, entry by entry with its own number of terms); mu' = mu + delta (delta twice their
+   sum, ``gram_error``) so that sigma_min(computed E_S) >= sqrt(mu), mu searched from half the
+   smaller least eigenvalue of G_Y and of the projected Gram matrix, down by factors of 4.
 4. Rounding in the block's *entries*: with e_E a first-order bound on the relative error of the
    closed form (projections and rotations gamma_{a+9}, scores, the softmax's sensitivity
    2 e_S max|S| plus its own rounding, the sums over keys; times ``ROUNDING_SAFETY`` = 4, library
    exp/sin/cos within 2 ulp), |computed - exact| <= e_E F entry by entry, so the exact block's
    sigma_{|S|} >= sqrt(mu) - e_E ||F D||_F (Weyl).
 
-The block's gap is sqrt(mu) / max(e_E ||F D||_F, tau_b), tau_b = ||E_b D||_2 max(rows, columns)
-eps the book's round-off tolerance of the scaled block: the ratio the dense route certifies,
+The block's gap is sqrt(mu) / max(e_E ||F D||_F, tau_b), tau_b = sqrt(||Y||_F^2 + ||K_S||_F^2 +
+delta) max(rows, columns) eps >= the book's round-off tolerance of the scaled block (the
+Frobenius norms bound ||E_b D||_2 from above): the ratio the dense route certifies,
 certified here for each diagonal block (a lower bound on the block's sigma_r over an upper bound
 on its round-off; sigma_{r+1} of a block is exactly 0 once the ranks sum to P - U).  The route's
 gap is the smallest block gap, certified when >= 1e4 *and* the ranks sum to P - U.  It is not
 a bound on J's own sigma_r (the triangle carries rank, not singular values).
 
-**Cost** (float64; N tokens per stage, m = H / G, n_y = H per single-coordinate stage a <= v):
-per coordinate stage and group the block has m v N rows and (m + 1) k + v columns (+ m H v W_O
-entries through Y); forming it costs ~ 2 B n^2 H k v (the key/value covariances C_t, and the key
-columns with RoPE), its Gram matrix 2 m v N ((m + 1) k + v)^2 (twice when Y is present: the
-projected one for the selection), the Cholesky test ((m + 1) k + v)^3 / 3.  With N = 2 k + 4
-(the keys of a stage must span R^k) that is about d G (4 m v k (m + 1)^2 k^2) ~ 8 d H v k^2 * 4
-flops for m = 1: ~10^13 at d = 768, H = 12 (GPT-2 small), seconds to minutes; the merged first
-stage with m > 1 has (m + 1) k^2 + v k columns per group and N ~ 1.5 (H k + ...) tokens.
-Memory: one stage at a time, ~ 3 x 8 m v N ((m + 1) k + v) bytes per group (the block, its
-absolute version, the projection) plus the stage's attention terms 8 B H n^2 (k + v) x 4 -- tens
-of MB at GPT-2's shape, ~1 GB for the merged stage at d = 256, G = 4.  J itself (d^2 N per
-coordinate stage: 8 d^3 N bytes in all) is never formed.
+**Cost** (float64; N tokens per stage, c = (m + 1) k + v columns of K per group and coordinate,
+m = H / G).  Per single-coordinate stage: the attention terms, ~ 2 H N n (k + v) flops for the
+key/value covariances C_t and, with RoPE, H N n v k for the key columns (n tokens per sequence);
+the blocks and their absolute versions, 2 x H v N c entries; per group the Gram matrix of K_S,
+2 m v N c^2 flops (twice at the stages a <= v, where the part orthogonal to I (x) Y is formed for
+the selection), and a Cholesky factorisation c^3 / 3 (a few, if mu must come down).  With
+m = 1, k = v, H v = d and N ~ 2 k that is ~ 36 d k^3 per stage and ~ 36 d^2 k^3 for the layer:
+6 x 10^12 flops at GPT-2 small (d = 768, k = 64), against ~ 4 B n d P^2 ~ 10^19 for the dense
+SVD of its Jacobian.  The merged first stage has c_0 c columns per group (plus H c_0 columns of
+Y, times m v outputs) and N ~ 1.5 (H c_0 + c_0 c / (m v)) tokens: with m > 1 or RoPE (c_0 = k)
+it is the largest block, ~ 2 m v N (k c)^2 flops per group.  Memory: one stage at a time, a
+chunk of groups (``group_chunk``, ~ ``BLOCK_BYTES`` of K) whose K, absolute version, scaled
+copies and projection take 5 x 8 m v N c_0 c bytes per group, plus the stage's attention terms
+(``estimated_bytes``: ~0.7 GB at d = 256, H = 16, ~2.3 GB with 4 key/value groups, ~2.2 GB at
+GPT-2's shape).  J itself (8 d^2 N bytes per stage) is never formed.
 
 **When it fails.**  It applies only to layers whose every variant row declares the "block"
 capability (plain heads, key/value groups, RoPE, biases, causal masks) with k, v <= d and
@@ -226,10 +232,10 @@ def stages(config: AttentionConfig) -> list[Stage]:
 
     Tokens per stage: N = max(2 k + 4, 1.5 (n_y + columns / (m v))) (keys must span R^k, and each
     output's N token rows must hold Y's n_y columns and its share of the block's), in sequences
-    of k + 2 tokens (at least 4; with RoPE at least ``ROPE_SEQ_LEN``)."""
+    of k + 2 tokens (at least 4; with RoPE at least min(``ROPE_SEQ_LEN``, d + 2))."""
     d, k, m, v = config.d_model, config.head_dim, config.group_size, config.value_dim
     rotary = config.rotary_dim > 0
-    seq_len = max(4, k + 2, ROPE_SEQ_LEN if rotary else 0)
+    seq_len = max(4, k + 2, min(ROPE_SEQ_LEN, d + 2) if rotary else 0)
     first = min(d, k if m > 1 or rotary else FIRST_COORDINATES)
     ranges = [(0, first)] + [(a, a + 1) for a in range(first, d)]
     out = []
@@ -644,9 +650,12 @@ def certify_stage(Y: torch.Tensor, FY: torch.Tensor, K: torch.Tensor, FK: torch.
     out: dict[int, BlockCertificate] = {}
     for kept_key, gs in batches.items():
         kept = torch.tensor(kept_key, dtype=torch.long, device=dev)
-        idx = torch.tensor(gs, dtype=torch.long, device=dev)
-        certs = _certify_kept(Ys, FYs, KD[idx][..., kept], FKD[idx][..., kept],
-                              GP[idx][:, kept][:, :, kept], e_E, n_out, c)
+        if len(gs) == G and len(kept_key) == c:        # every block keeps every column: no copies
+            certs = _certify_kept(Ys, FYs, KD, FKD, GP, e_E, n_out, c)
+        else:
+            idx = torch.tensor(gs, dtype=torch.long, device=dev)
+            certs = _certify_kept(Ys, FYs, KD[idx][..., kept], FKD[idx][..., kept],
+                                  GP[idx][:, kept][:, :, kept], e_E, n_out, c)
         for g, cert in zip(gs, certs):
             out[g] = BlockCertificate(cert.rank, cert.rows, cert.columns, cert.sigma_lower,
                                       cert.rounding, cert.tolerance, cert.gap, kept)
@@ -668,7 +677,7 @@ def _certify_kept(Ys: torch.Tensor, FYs: torch.Tensor, Ks: torch.Tensor, FKs: to
                                  torch.zeros(0, dtype=torch.long, device=dev))] * G
     Ksm = Ks.reshape(G, rows, s)
     GY = Ys.T @ Ys
-    GK = Ksm.transpose(1, 2) @ Ksm
+    GK = GP if n_y == 0 else Ksm.transpose(1, 2) @ Ksm    # without Y nothing was projected out
     B = torch.einsum("ny,gjnc->gjyc", Ys, Ks)
     y2 = GY.trace().item()
     k2 = GK.diagonal(dim1=1, dim2=2).sum(-1).tolist()
