@@ -304,6 +304,7 @@ latex: $(SETUP) tex
 bench: $(SETUP)
 	$(MPL_SCRIPTS) $(PY) benchmarks/verify_large.py
 	$(MPL_SCRIPTS) $(PY) benchmarks/rank_speed.py
+	$(MPL_SCRIPTS) $(PY) benchmarks/verify_block.py
 
 # Mutation testing of the core modules (pyproject.toml [tool.mutmut]; hours on 2 cores), then the
 # score and every survivor with its reason -> benchmarks/results/mutation.{json,md}. MODULES: the

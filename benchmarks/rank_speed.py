@@ -15,10 +15,10 @@
    Same parameters and inputs (idlib's seeded defaults).  A route stops when its next size is
    predicted (time ~ P^3 for the dense SVD, P^2.5 for the structured route, from its last run)
    to exceed ``--budget`` seconds; both always run P = 8,100 (the ratio's size).
-3. ``python -m idlib verify --d-model 128 --heads 16 --json`` (P = 65,536): wall time and peak
-   resident memory, read from benchmarks/results/verify_large.json (``verify_large.py``, which
-   `make bench` runs first, with its three variants) or, without that file, run here; it is
-   also the structured route's last point of the curve.
+3. ``python -m idlib verify --d-model 128 --heads 16 --method structured --json`` (P = 65,536):
+   wall time and peak resident memory, read from benchmarks/results/verify_large.json
+   (``verify_large.py``, which `make bench` runs first, with its three variants) or, without
+   that file, run here; it is also the structured route's last point of the curve.
 
 Writes benchmarks/results/rank_speed.json and four figures: rank_curve.png (time against P,
 log-log, with the throughput limits), rank_gap_curve.png (the dense gap and idlib's certified

@@ -175,6 +175,7 @@ def benchmark_md(path: Path) -> str:
     if L.get("note"):
         lines += [f"({L['note']}.)", ""]
     lines += _verify_large_md(path.parent / "verify_large.json")
+    lines += _verify_block_md(path.parent / "verify_block.json")
     lines += _curve_md(b)
     return "\n".join(lines)
 
@@ -211,7 +212,8 @@ def _verify_large_md(path: Path) -> list[str]:
     e, t = v["environment"], v["targets"]
     lines = [f"**Verification at 65,536 parameters** (`make bench`, {v['script']}, on {e['date']}, "
              f"{e['cpu']}, {e['cores']} cores, commit `{e['git_commit']}`): each run of "
-             f"`python -m idlib verify --d-model 128 --heads 16`, plain and with `--kv-heads 4`, "
+             f"`python -m idlib verify --d-model 128 --heads 16 --method structured`, plain and "
+             f"with `--kv-heads 4`, "
              f"`--rope-fraction 1` or `--bias qkvo`, its wall time and "
              f"its own peak resident memory; targets: at most {t['seconds_max']:g} s and "
              f"{t['memory_gb_max']:g} GB, certified gap at least {t['gap_min']:.0e}.", "",
@@ -222,6 +224,30 @@ def _verify_large_md(path: Path) -> list[str]:
         lines.append(f"| {layer_name(r['flags'])} | {r['n_params']:,} | "
                      f"{r['n_rows']:,} | {r['rank']:,} | {r['closed_form_identified']:,} | "
                      f"{_gap(r['gap'])} | {r['seconds']:.0f} | {r['max_rss_gb']:.1f} | "
+                     f"{'AGREES' if r['agrees'] else 'DISAGREES'}{'' if r['met'] else ' (target missed)'} |")
+    return lines + [""]
+
+
+def _verify_block_md(path: Path) -> list[str]:
+    """The table of benchmarks/verify_block.py's runs (the block route), when recorded."""
+    v = _load(path)
+    if v is None or not v.get("runs"):
+        return []
+    lines = ["**Verification by the block route** (`make bench`, benchmarks/verify_block.py): each run "
+             "of `python -m idlib verify` with default flags, its route, wall time (and CPU time: other "
+             "jobs on the machine slow the wall clock, see the load average) and its own peak resident "
+             "memory, against its targets.", "",
+             "| layer | parameters | route | rank | closed form | certified gap | seconds (CPU) | "
+             "target s | peak GB | target GB | load | machine | verdict |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
+    for r in v["runs"]:
+        e = r["environment"]
+        load = "-".join(str(x[0]) for x in (r.get("load_average_before"), r.get("load_average_after")) if x)
+        lines.append(f"| {r['label']} | {r['n_params']:,} | {r['method']} | {r['rank']:,} | "
+                     f"{r['closed_form_identified']:,} | {_gap(r['gap'])} | {r['seconds']:.0f} "
+                     f"({r['cpu_seconds']:.0f}) | {r['seconds_max']:g} | {r['max_rss_gb']:.1f} | "
+                     f"{r['memory_gb_max']:g} | {load} | {e['cpu']}, {e['cores']} cores, "
+                     f"{e['date']}, `{e['git_commit']}` | "
                      f"{'AGREES' if r['agrees'] else 'DISAGREES'}{'' if r['met'] else ' (target missed)'} |")
     return lines + [""]
 

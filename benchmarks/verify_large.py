@@ -1,8 +1,11 @@
-"""Verification at d = 128, H = 16 (P = 65,536 parameters): the plain layer and three variants.
+"""Verification at d = 128, H = 16 (P = 65,536 parameters) by the structured route: the plain
+layer and three variants.
 
     python benchmarks/verify_large.py          (what `make bench` runs first; ~25 minutes on 2 cores)
 
-Runs ``python -m idlib verify --d-model 128 --heads 16 [FLAG] --json`` for FLAG in
+Runs ``python -m idlib verify --d-model 128 --heads 16 --method structured [FLAG] --json`` (the
+structured engine, idlib.fastrank: "auto" now takes the block route at this size, which
+benchmarks/verify_block.py records) for FLAG in
 ``VARIANTS`` (grouped queries, full RoPE, all four biases), one subprocess each, and records the
 wall time, the child's own peak resident memory (``os.wait4``), the measured rank, the certified
 gap and the verdict in benchmarks/results/verify_large.json; the reproducibility page shows the
@@ -24,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from environment import ROOT, environment  # noqa: E402
 
-LAYER = ("--d-model", "128", "--heads", "16")
+LAYER = ("--d-model", "128", "--heads", "16", "--method", "structured")
 VARIANTS = {(): "multi-head", ("--kv-heads", "4"): "4 key/value groups",
             ("--rope-fraction", "1"): "full RoPE", ("--bias", "qkvo"): "biases q, k, v, o"}
 TARGETS = {"seconds_max": 600.0, "memory_gb_max": 16.0, "gap_min": 1e6}

@@ -304,3 +304,27 @@ def permutation_of(length: Callable[[Arguments], int], what: str) -> Rule:
 
 
 HEAD_PERMUTATION = permutation_of(lambda a: getattr(a.get("config"), "n_heads", 0), "query heads")
+
+
+def _device(x: Any, a: Arguments) -> str | None:
+    if x is None:
+        return None
+    if not isinstance(x, (str, torch.device)):
+        return ""
+    try:
+        device = torch.device(x)
+    except (RuntimeError, ValueError):
+        return ""
+    if device.type == "cpu":
+        return None
+    if device.type != "cuda":
+        return ""
+    if not torch.cuda.is_available():
+        return "no CUDA device is available here"
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        return f"there are {torch.cuda.device_count()} CUDA devices"
+    return None
+
+
+DEVICE = Rule("None, 'cpu' or 'cuda' (cuda:0, cuda:1, ...) or such a torch.device", _device,
+              lambda a: ["gpu", 1, "cuda:99", "meta"])

@@ -167,7 +167,8 @@ def attention_weights(config: AttentionConfig, q: torch.Tensor, k: torch.Tensor,
                       params: Params | None = None) -> torch.Tensor:
     """softmax(q k^T / sqrt(head_dim)) with the rows' score transforms and masks (and, for
     sinks, their logits from ``params``)."""
-    flow = Flow(config, {} if params is None else params, torch.empty(q.shape[0], q.shape[2], 0),
+    flow = Flow(config, {} if params is None else params,
+                torch.empty(q.shape[0], q.shape[2], 0, device=q.device),
                 q=q, k=k)
     return run(flow, WEIGHTS).weights
 
@@ -209,7 +210,7 @@ def forward_sdpa(config: AttentionConfig, params: Params, X: torch.Tensor,
     flow = run(Flow(config, params, X, frequencies), PROJECTION)
     n = X.shape[1]
     zero = Flow(config, params, X, frequencies,
-                scores=torch.zeros(1, config.n_heads, n, n, dtype=DTYPE))
+                scores=torch.zeros(1, config.n_heads, n, n, dtype=DTYPE, device=X.device))
     mask = run(zero, ADDITIVE).scores
     flow.heads = torch.nn.functional.scaled_dot_product_attention(flow.q, flow.k, flow.v,
                                                                   attn_mask=mask)

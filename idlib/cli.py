@@ -20,16 +20,20 @@ import tempfile
 from fractions import Fraction
 from typing import Any, NoReturn, Sequence
 
+import torch
+
 from .attention import n_params
-from . import implementations
+from . import blockrank, implementations
 from .certify import CERTIFY_GAP, format_gap
 from .config import (MAX_SEED, QK_NORMS, AttentionConfig, ConfigError, LatentAttentionConfig, check_fields,
                      read_json, show)
 from .counting import count
 from .hf import is_hf, model_from_data
 from .model import LayerType, Model, count_model
-from .rank import (DENSE_FALLBACK_MAX_PARAMS, STRUCTURED_MAX_PARAMS, available_memory,
-                   default_max_params, measurement_bytes)
+from .arguments import available_memory
+from .fastrank import applicable
+from .rank import (AUTO_DENSE_MAX_PARAMS, BLOCK_MAX_PARAMS, DENSE_FALLBACK_MAX_PARAMS, METHODS,
+                   STRUCTURED_MAX_PARAMS, default_max_params, measurement_bytes)
 from .verdict import measure_and_check
 from .report.tables import format_share
 from .studies.census import census_rows, format_census
@@ -54,10 +58,13 @@ defaults (idlib.hf) count as given (change them with --kv-heads / --head-dim).
 JSON output (--json): one object with total, identified, unidentified (integers), share
 (unidentified / total, a float), components (name -> total / identified / unidentified) and
 config (the resolved AttentionConfig fields). verify adds seed, numerical {identified,
-unidentified, rank, n_params, n_rows, gap, log10_gap, certified, seed, attempts} and agrees.
+unidentified, rank, n_params, n_rows, gap, log10_gap, certified, method, seed, attempts} and
+agrees; method is the route that measured: dense, structured or block (idlib.rank).
 gap is sigma_r / max(sigma_(r+1), tau) at the rank cut, tau = sigma_1 max(rows, P) eps the
-round-off tolerance (a lower bound on it for the structured route); it is null when infinite
-(a zero Jacobian), and log10_gap is then null too. A rank is certified when gap >= 1e4.
+round-off tolerance (a lower bound on it for the structured route; for the block route, which
+measures at a point of its own where J is block-triangular, the smallest diagonal block's
+certified ratio, and the rank is certified only when it is the closed form's); it is null when
+infinite (a zero Jacobian), and log10_gap is then null too. A rank is certified when gap >= 1e4.
 An uncertified measurement is repeated at the next seed, up to --attempts measurements in
 all (one certified generic point fixes the generic rank); numerical.seed is the seed of the
 reported measurement and numerical.attempts lists every try {seed, qk_scale, rank, gap,
@@ -162,9 +169,17 @@ VERIFY_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
                                 f"of many tiny heads far better (default {DEFAULT_SPREAD_FROM})")),
     ("--max-params", dict(type=integer, default=None, metavar="N",
                           help="refuse to measure layers with more parameters (default "
-                               f"{STRUCTURED_MAX_PARAMS} where the structured rank engine applies, "
+                               f"{BLOCK_MAX_PARAMS} where the block route applies, "
+                               f"{STRUCTURED_MAX_PARAMS} where the structured rank engine does, "
                                f"else {DENSE_FALLBACK_MAX_PARAMS}: a ~1.25 N x N dense Jacobian); "
-                               "layers whose Jacobian would not fit in memory are refused anyway")),
+                               "layers whose measurement would not fit in memory are refused anyway")),
+    ("--method", dict(choices=METHODS, default="auto",
+                      help="the route that measures the rank (idlib.rank): auto (default: dense up "
+                           f"to {AUTO_DENSE_MAX_PARAMS} parameters, then block where it applies, "
+                           "then structured), dense, structured or block")),
+    ("--device", dict(default="cpu", metavar="DEVICE",
+                      help="where the measurement runs, in float64: cpu (default) or cuda "
+                           "(cuda:1, ...: a GPU)")),
 )
 
 
@@ -262,6 +277,30 @@ def config_from_args(args: argparse.Namespace) -> AttentionConfig | LatentAttent
     return layers[0]
 
 
+def measurement_device(text: str) -> torch.device:
+    """--device as a torch.device: cpu, or cuda[:i] when that GPU exists (UsageError otherwise)."""
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise UsageError(f"--device={show(text)} must be cpu or cuda (cuda:0, cuda:1, ...)") from None
+    if device.type == "cpu":
+        return device
+    if device.type != "cuda":
+        raise UsageError(f"--device={show(text)} must be cpu or cuda (cuda:0, cuda:1, ...)")
+    if not torch.cuda.is_available():
+        raise UsageError(f"--device={show(text)}: no CUDA device is available here")
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        raise UsageError(f"--device={show(text)}: there are {torch.cuda.device_count()} CUDA devices")
+    return device
+
+
+def device_memory(device: torch.device) -> int:
+    """Bytes free on ``device``: host memory for the CPU, the GPU's free memory for cuda."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return available_memory()
+
+
 def check_verify_args(args: argparse.Namespace, config: AttentionConfig) -> None:
     """Refuse verify options out of range, and layers too large to measure (UsageError)."""
     if args.attempts < 1:
@@ -271,18 +310,25 @@ def check_verify_args(args: argparse.Namespace, config: AttentionConfig) -> None
     if not 0 <= args.seed <= MAX_SEED - args.attempts + 1:
         raise UsageError(f"--seed={show(args.seed)} must be in 0..{MAX_SEED} (with --attempts="
                          f"{show(args.attempts)}: at most {MAX_SEED - args.attempts + 1})")
+    rule = {"block": blockrank.applicable, "structured": applicable}.get(args.method,
+                                                                         lambda c: None)(config)
+    if rule is not None:
+        raise UsageError(f"--method {args.method} does not apply to this layer: {rule}")
     if args.max_params is None:
-        args.max_params = default_max_params(config)
+        args.max_params = default_max_params(config, args.method)
     if args.max_params < 1:
         raise UsageError(f"--max-params={show(args.max_params)} must be at least 1")
+    device = measurement_device(args.device) if isinstance(args.device, str) else args.device
+    args.device = device
     P = n_params(config)
     if P > args.max_params:
         raise UsageError(f"the layer has {P} parameters, more than --max-params={args.max_params} "
                          "(raise --max-params to insist)")
-    need, have = measurement_bytes(config), available_memory()
+    need, have = measurement_bytes(config, method=args.method), device_memory(device)
     if need > have:
+        where = "available" if device.type == "cpu" else f"free on {device}"
         raise UsageError(f"measuring the layer's {P} parameters needs about {need / 1e9:.3g} GB "
-                         f"(Jacobian and SVD), more than the {have / 1e9:.3g} GB available")
+                         f"(Jacobian and SVD), more than the {have / 1e9:.3g} GB {where}")
 
 
 # -- output --------------------------------------------------------------------------------
@@ -298,16 +344,18 @@ def count_report(config: AttentionConfig) -> dict[str, Any]:
 
 
 def verify_report(config: AttentionConfig, seed: int, attempts: int = 1,
-                  spread_from: int | None = None) -> dict[str, Any]:
+                  spread_from: int | None = None, device: torch.device | None = None,
+                  method: str = "auto") -> dict[str, Any]:
     out = count_report(config)
-    verdict = measure_and_check(config, seed, attempts, spread_from)
+    verdict = measure_and_check(config, seed, attempts, spread_from, method=method,
+                                **({} if device is None else {"device": device}))
     m, tries = verdict.measurement, verdict.attempts
     gap = _finite_or_none(m.gap)
     out["seed"] = seed
     out["numerical"] = {"identified": m.rank, "unidentified": m.unidentified, "rank": m.rank,
                         "n_params": m.n_params, "n_rows": m.n_rows, "gap": gap,
                         "log10_gap": None if gap is None else (math.log10(gap) if gap > 0 else None),
-                        "certified": bool(m.certified), "seed": tries[-1]["seed"],
+                        "certified": bool(m.certified), "method": m.method, "seed": tries[-1]["seed"],
                         "attempts": [dict(t, gap=_finite_or_none(t["gap"])) for t in tries]}
     out["agrees"] = verdict.agrees
     return out
@@ -465,7 +513,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("multi-head latent attention is measured on its transformers module: "
                              "add --implementation transformers")
         check_verify_args(args, config)
-    reports = [verify_report(c, args.seed, args.attempts, args.spread_from) for c in layers]
+    reports = [verify_report(c, args.seed, args.attempts, args.spread_from, args.device, args.method)
+               for c in layers]
     if len(reports) == 1:
         print(json.dumps(reports[0], allow_nan=False) if args.json else
               _config_line(layers[0]) + "\n" + format_verify(reports[0]))

@@ -263,7 +263,7 @@ def applicable(config: AttentionConfig) -> str | None:
 
 def _jacobian_fwd(f, theta: torch.Tensor, chunk: int) -> torch.Tensor:
     """d f / d theta by forward mode, shape f(theta).shape + (theta.numel(),)."""
-    eye = torch.eye(theta.numel(), dtype=theta.dtype)
+    eye = torch.eye(theta.numel(), dtype=theta.dtype, device=theta.device)
     push = torch.func.vmap(lambda t: torch.func.jvp(f, (theta,), (t,))[1])
     cols = [push(eye[i:i + chunk]) for i in range(0, theta.numel(), chunk)]
     return torch.movedim(torch.cat(cols), 0, -1)
@@ -351,14 +351,14 @@ def _group_jacobian_closed(sub: AttentionConfig, theta_g: torch.Tensor, X: torch
     Xc = center(X) if sub.input_centered else X
     B, m, n, kd = q.shape
     vd, d = v.shape[-1], X.shape[-1]
-    pos = torch.arange(n)
+    pos = torch.arange(n, device=X.device)
     scale = 1.0 / math.sqrt(kd)
     AD = A[..., None] * (v[:, :, None, :, :] - Z[:, :, :, None, :])     # (B, m, t, s, c)
     C = torch.einsum("bhtsc,bhse->bhcte", AD, k)                         # (B, m, c, t, e)
     RC = _rotate_back(C, sub, frequencies, pos).permute(0, 1, 3, 2, 4)   # (B, m, t, c, e)
     Rq = _rotate_back(q[:, :, :, None, :].expand(B, m, n, n, kd), sub, frequencies, pos)  # (B,m,t,s,e)
-    eye_m = torch.eye(m, dtype=DTYPE)
-    eye_v = torch.eye(vd, dtype=DTYPE)
+    eye_m = torch.eye(m, dtype=DTYPE, device=X.device)
+    eye_v = torch.eye(vd, dtype=DTYPE, device=X.device)
     cols = {
         "W_Q": scale * torch.einsum("bta,bhtce,hg->bhtcgae", Xc, RC, eye_m).reshape(B, m, n, vd, -1),
         "W_K": scale * (torch.einsum("bhtsc,bsa,bhtse->bhtcae", AD, Xc, Rq) if sub.rotary_dim else
@@ -391,7 +391,7 @@ def _norm2(A: torch.Tensor) -> float:
     if n <= NORM_EIGH_MAX:
         # eigh, not eigvalsh: with MKL the eigenvectors come faster than the eigenvalues alone
         return math.sqrt(max(torch.linalg.eigh(G)[0][-1].item(), 0.0)) * (1 + 1e-10)
-    X = torch.randn(n, 8, generator=torch.Generator().manual_seed(0), dtype=G.dtype)
+    X = torch.randn(n, 8, generator=torch.Generator().manual_seed(0), dtype=G.dtype).to(G.device)
     for _ in range(40):
         X = torch.linalg.qr(G @ X)[0]
     theta = max(torch.linalg.eigvalsh(X.T @ G @ X)[-1].item(), G.diagonal().max().item())
@@ -416,7 +416,7 @@ def gram(A: torch.Tensor, blocks: int = GRAM_BLOCKS) -> torch.Tensor:
     """A^T A (symmetric) from its lower block triangle: (blocks + 1) / (2 blocks) of a GEMM's flops."""
     n = A.shape[1]
     cuts = [n * i // blocks for i in range(blocks + 1)]
-    out = torch.zeros(n, n, dtype=A.dtype)
+    out = torch.zeros(n, n, dtype=A.dtype, device=A.device)
     for a, b in zip(cuts, cuts[1:]):
         out[a:b, :b].addmm_(A[:, a:b].T, A[:, :b])
     return out.tril() + out.tril(-1).T
@@ -428,7 +428,7 @@ def gram_of_blocks(parts: list[torch.Tensor]) -> torch.Tensor:
     cuts = [0]
     for part in parts:
         cuts.append(cuts[-1] + part.shape[1])
-    out = torch.empty(cuts[-1], cuts[-1], dtype=parts[0].dtype)
+    out = torch.empty(cuts[-1], cuts[-1], dtype=parts[0].dtype, device=parts[0].device)
     for g, A in enumerate(parts):
         rows = slice(cuts[g], cuts[g + 1])
         out[rows, rows] = gram(A)
@@ -495,9 +495,9 @@ def block_gram(split: SplitBlock) -> torch.Tensor:
     G_oV = torch.einsum("rhfp,rha->paf", Ko.reshape(rows, m, v, n_o), Y).reshape(n_o, n_in * v)
     permuted = torch.cat([torch.cat([gram(Ko.reshape(rows * m * v, n_o)), G_oV], dim=1),
                           torch.cat([G_oV.T, torch.kron(gram(Y.reshape(rows * m, n_in)),
-                                                        torch.eye(v, dtype=Y.dtype))], dim=1)])
+                                                        torch.eye(v, dtype=Y.dtype, device=Y.device))], dim=1)])
     order = torch.cat([ocols, vcols])
-    out = torch.empty(P_g, P_g, dtype=Y.dtype)
+    out = torch.empty(P_g, P_g, dtype=Y.dtype, device=Y.device)
     out[order[:, None], order[None, :]] = permuted
     return out
 
@@ -585,7 +585,7 @@ def _coupled_test(blocks, lam: float, alpha: float, delta: torch.Tensor, rows: i
     w = delta.sqrt().repeat(rows)[:, None].to(factors[0].dtype)
     q = w.shape[0]
     cuts = [q * i // GRAM_ROW_BLOCKS for i in range(GRAM_ROW_BLOCKS + 1)]
-    product = torch.zeros(q, q, dtype=w.dtype)
+    product = torch.zeros(q, q, dtype=w.dtype, device=w.device)
     for (_, TS, _), C in zip(blocks, factors):
         if isinstance(TS, FactoredRows):
             _add_factored_gram(product, TS, C, delta.sqrt().to(C.dtype), rows)
@@ -651,7 +651,7 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
         Z = head_outputs(config, params, X, frequencies)                  # (B, H, n, v)
     Zmat = Z.permute(0, 2, 1, 3).reshape(B * n, H * v)
     if config.has_bias("o"):
-        Zmat = torch.cat([Zmat, torch.ones(B * n, 1, dtype=DTYPE)], dim=1)
+        Zmat = torch.cat([Zmat, torch.ones(B * n, 1, dtype=DTYPE, device=Zmat.device)], dim=1)
     c = Zmat.shape[1]
     if c > B * n:
         raise StructureError(f"B * n = {B * n} rows must be at least the {c} columns of Z'")
@@ -717,7 +717,7 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
             Vs = Vh[:r_g].T                                              # (P_g, r_g)
             Uj_g = U_j[g * m * v:(g + 1) * m * v]                        # (mv, j)
             if factored_is_cheaper(B * n, m * v, j, r_g):
-                TS = FactoredRows(projected_times(split, torch.eye(m * v, dtype=DTYPE), Vs), Uj_g)
+                TS = FactoredRows(projected_times(split, torch.eye(m * v, dtype=DTYPE, device=Vs.device), Vs), Uj_g)
             else:
                 TS = projected_times(split, Uj_g, Vs)                     # (Bn j, r_g)
             MV = Lg.reshape(-1, K.shape[-1]) @ Vs                        # R^{-1} Q^T delta Z V_S

@@ -113,7 +113,7 @@ def test_the_silently_wrong_calls_of_the_issue_are_refused():
     with pytest.raises(ConfigError, match=r"^rotation_classes: pass_dims=-5 must be an integer in \[0, "):
         rotation_classes([0.1], -5)
     with pytest.raises(ConfigError, match=r"^measure: the layer has 67108864 parameters, more than "
-                                          r"max_params=70000 \(pass a larger max_params to insist\)$"):
+                                          r"max_params=5000000 \(pass a larger max_params to insist\)$"):
         measure(AttentionConfig(d_model=4096, n_heads=32))
     with pytest.raises(ConfigError, match=r"^measure: measuring the layer's 256 parameters needs about "):
         measure(AttentionConfig(d_model=8, n_heads=2), seq_len=10 ** 9)

@@ -102,16 +102,17 @@ def test_measure_routes_agree_and_auto_keeps_small_layers_dense():
     assert s.sigma_r_lower >= a * sz / math.sqrt(a * a + b * b + sz * sz) * (1 - 1e-12)
 
 
-def test_auto_uses_the_structured_route_above_the_threshold():
-    config = AttentionConfig(d_model=24, n_heads=4)                # 2,304 parameters
+def test_auto_uses_the_structured_route_above_the_threshold_without_a_block_route():
+    config = AttentionConfig(d_model=24, n_heads=4, input_centered=True)   # 2,304 parameters
     assert n_params(config) > AUTO_DENSE_MAX_PARAMS
     m = measure(config)
-    assert m.method == "structured" and m.certified
+    assert m.method == "structured" and m.certified      # centred inputs declare no block route
     assert m.rank == count(config).identified and m.unidentified == count(config).unidentified
+    assert measure(config.replace(input_centered=False)).method == "block"
 
 
 def test_bad_method_is_one_line_error():
-    with pytest.raises(ConfigError, match=r"^measure: method='svd' must be one of 'auto', 'dense', 'structured'$"):
+    with pytest.raises(ConfigError, match=r"^measure: method='svd' must be one of 'auto', 'dense', 'structured', 'block'$"):
         measure(AttentionConfig(d_model=4), method="svd")
 
 

@@ -1,7 +1,7 @@
 """The package's layers, read from the source (ast): who may import whom.
 
     core     idlib (the package), fields, fibers, variants (a package: one module per row),
-             config, hf, attention, counting, certify, verdict, rank, fastrank, symmetry,
+             config, hf, attention, counting, certify, verdict, rank, fastrank, blockrank, symmetry,
              conservation, implementations (a package)
     report   idlib.report.*   (tables, plotting, parameters): may import the core
     studies  idlib.studies.*  (one chapter's machinery): may import the core and report
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "idlib"
 
 CORE = {"fields", "fibers", "variants", "config", "arguments", "model", "hf", "attention", "counting", "certify",
-        "verdict", "rank", "fastrank", "symmetry", "conservation", "implementations"}
+        "verdict", "rank", "fastrank", "blockrank", "symmetry", "conservation", "implementations"}
 RANK = {"core": 0, "report": 1, "studies": 2, "cli": 3}
 # imported only inside the functions that need them (the `[hf]` extra of pyproject.toml)
 OPTIONAL = {"transformers", "huggingface_hub", "safetensors"}

@@ -4,6 +4,7 @@ import math
 import pytest
 import torch
 
+import idlib.blockrank as blockrank
 import idlib.fastrank as fastrank
 import idlib.rank as rank
 from idlib.certify import rank_from_singular_values
@@ -99,20 +100,22 @@ def test_structured_measurement_is_reported_in_float64_descending():
 
 
 def test_auto_route_thresholds(monkeypatch):
-    """"auto": dense up to AUTO_DENSE_MAX_PARAMS parameters inclusive, structured above."""
+    """"auto": dense up to AUTO_DENSE_MAX_PARAMS parameters inclusive, the block route above
+    (where it applies; its certificate then stands and the structured route is not tried)."""
     calls = []
-    real = fastrank.structured_rank
+    real = blockrank.block_rank
 
     def spy(*args, **kw):
         calls.append(1)
         return real(*args, **kw)
 
-    monkeypatch.setattr(fastrank, "structured_rank", spy)
+    monkeypatch.setattr(blockrank, "block_rank", spy)
+    monkeypatch.setattr(fastrank, "structured_rank", None)        # never reached
     config = AttentionConfig(d_model=8, n_heads=2)                  # P = 256
     monkeypatch.setattr(rank, "AUTO_DENSE_MAX_PARAMS", 256)
     assert measure(config).method == "dense" and not calls
     monkeypatch.setattr(rank, "AUTO_DENSE_MAX_PARAMS", 255)
-    assert measure(config).method == "structured" and calls == [1]
+    assert measure(config).method == "block" and calls == [1]
 
 
 def test_auto_falls_back_to_dense_only_when_small_and_uncertified(monkeypatch):
@@ -124,7 +127,8 @@ def test_auto_falls_back_to_dense_only_when_small_and_uncertified(monkeypatch):
 
     monkeypatch.setattr(fastrank, "structured_rank", uncertified)
     monkeypatch.setattr(rank, "AUTO_DENSE_MAX_PARAMS", 100)
-    config = AttentionConfig(d_model=8, n_heads=2)                  # P = 256 > 100
+    config = AttentionConfig(d_model=8, n_heads=2, input_centered=True)   # P = 256 > 100, no block route
+    assert blockrank.applicable(config) is not None
     auto = measure(config)
     assert auto.method == "dense" and auto.certified
     forced = measure(config, method="structured")
@@ -136,9 +140,29 @@ def test_auto_falls_back_to_dense_only_when_small_and_uncertified(monkeypatch):
     assert (rank.AUTO_DENSE_MAX_PARAMS, rank.DENSE_FALLBACK_MAX_PARAMS) == (100, 255)
 
 
+def test_auto_falls_back_from_an_uncertified_block_route(monkeypatch):
+    """An uncertified block bound is not a rank: "auto" measures again by the structured route
+    (up to STRUCTURED_FALLBACK_MAX_PARAMS), "block" reports it as not certified."""
+    real = blockrank.block_rank
+
+    def uncertified(*args, **kw):
+        b = real(*args, **kw)
+        return blockrank.BlockRank(**{**b.__dict__, "gap": 10.0, "certified": False})
+
+    monkeypatch.setattr(blockrank, "block_rank", uncertified)
+    monkeypatch.setattr(rank, "AUTO_DENSE_MAX_PARAMS", 100)
+    config = AttentionConfig(d_model=8, n_heads=2)
+    assert measure(config).method == "structured"
+    forced = measure(config, method="block")
+    assert forced.method == "block" and not forced.certified and forced.gap == 10.0
+    monkeypatch.setattr(rank, "STRUCTURED_FALLBACK_MAX_PARAMS", 255)
+    assert measure(config).method == "block"
+
+
 def test_route_thresholds_are_the_documented_ones():
-    # the reproducibility page and the rank module docstring state these two sizes
+    # the reproducibility page and the rank module docstring state these sizes
     assert (rank.AUTO_DENSE_MAX_PARAMS, rank.DENSE_FALLBACK_MAX_PARAMS) == (2048, 6000)
+    assert rank.STRUCTURED_FALLBACK_MAX_PARAMS == 70000
 
 
 def test_measure_until_certified_defaults_to_one_attempt_and_passes_keywords(monkeypatch):

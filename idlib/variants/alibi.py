@@ -36,7 +36,8 @@ def bias_matrix(n_heads: int, n: int) -> torch.Tensor:
 
 
 def add_bias(flow: Flow) -> None:
-    flow.scores = flow.scores + bias_matrix(flow.config.n_heads, flow.scores.shape[-1])
+    bias = bias_matrix(flow.config.n_heads, flow.scores.shape[-1])
+    flow.scores = flow.scores + bias.to(flow.scores.device)
 
 
 ROW = Variant(

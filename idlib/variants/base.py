@@ -58,6 +58,7 @@ PHASES = ("widths", "fibers", "components")
 CAPABILITIES = (
     "structured",   # idlib.fastrank's route holds for the layer (per-group blocks, W_O eliminated)
     "closed_blocks",  # ... and its group blocks are written in closed form (else forward mode)
+    "block",        # idlib.blockrank's route: its point, stages and closed-form diagonal blocks
     "symmetry",     # idlib.symmetry's group action and orbit tangent cover the mechanism
     "permute_heads",  # relabelling query heads (with their groups) is a symmetry
     "twin",         # the census may build a small twin keeping the mechanism
@@ -88,8 +89,8 @@ class Flow:
 
     @property
     def positions(self) -> torch.Tensor:
-        """Token positions 0 .. n - 1."""
-        return torch.arange(self.X.shape[1])
+        """Token positions 0 .. n - 1 (on the inputs' device)."""
+        return torch.arange(self.X.shape[1], device=self.X.device)
 
 
 @dataclass

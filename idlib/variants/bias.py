@@ -79,7 +79,7 @@ ROW = Variant(
     forward={"bias": add_projection_biases, "output": add_output_bias},
     count={"widths": widths, "fibers": fibers, "components": components},
     shapes=shapes, axes=axes, refuse=refuse,
-    capabilities=frozenset({"structured", "closed_blocks", "symmetry", "permute_heads", "twin", "sdpa",
+    capabilities=frozenset({"structured", "closed_blocks", "block", "symmetry", "permute_heads", "twin", "sdpa",
                             "conservation"}),
     text=lambda config: " ".join(f"b_{letter.upper()}" for letter in config.bias),
     chapter="chapter 3")

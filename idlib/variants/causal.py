@@ -12,14 +12,14 @@ from ..fields import boolean
 from .base import Flow, Variant
 
 
-def future(n: int) -> torch.Tensor:
+def future(n: int, device: torch.device | None = None) -> torch.Tensor:
     """(n, n) True above the diagonal: the keys a query may not see."""
-    return torch.ones(n, n, dtype=torch.bool).triu(1)
+    return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
 
 
 def mask(flow: Flow) -> None:
     n = flow.scores.shape[-1]
-    flow.scores = flow.scores.masked_fill(future(n), float("-inf"))
+    flow.scores = flow.scores.masked_fill(future(n, flow.scores.device), float("-inf"))
 
 
 ROW = Variant(
@@ -28,6 +28,6 @@ ROW = Variant(
     fields={"causal": boolean},
     active=lambda config: config.causal,
     forward={"mask": mask},
-    capabilities=frozenset({"structured", "closed_blocks", "symmetry", "permute_heads", "twin", "sdpa",
+    capabilities=frozenset({"structured", "closed_blocks", "block", "symmetry", "permute_heads", "twin", "sdpa",
                             "conservation"}),
     text=lambda config: "causal", chapter="chapters 2, 4")

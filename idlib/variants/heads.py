@@ -106,6 +106,6 @@ ROW = Variant(
              "heads": heads, "output": output},
     count={"widths": widths, "fibers": fibers, "components": components},
     shapes=shapes, axes=axes,
-    capabilities=frozenset({"structured", "closed_blocks", "symmetry", "permute_heads", "twin", "sdpa",
+    capabilities=frozenset({"structured", "closed_blocks", "block", "symmetry", "permute_heads", "twin", "sdpa",
                             "conservation"}),
     text=text, chapter="chapters 1, 2, 5")

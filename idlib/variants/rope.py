@@ -20,12 +20,13 @@ from .base import Flow, Tally, Variant
 def apply_rope(x: torch.Tensor, frequencies: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """Rotate the plane (e_i, e_{i+r/2}) of x[..., p, :] by the angle p * theta_i, r = 2 len(theta).
 
-    Dimensions r.. pass through unchanged (partial RoPE, GPT-NeoX layout).
+    Dimensions r.. pass through unchanged (partial RoPE, GPT-NeoX layout).  The angles are made
+    on x's device.
     """
     half = frequencies.shape[0]
     if half == 0:
         return x
-    angle = positions.to(DTYPE)[:, None] * frequencies[None, :]
+    angle = positions.to(device=x.device, dtype=DTYPE)[:, None] * frequencies.to(x.device)[None, :]
     cos, sin = angle.cos(), angle.sin()
     x1, x2, rest = x[..., :half], x[..., half:2 * half], x[..., 2 * half:]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos, rest], dim=-1)
@@ -75,6 +76,6 @@ ROW = Variant(
     forward={"rotate": rotate},
     count={"widths": widths, "fibers": fibers},
     relations=relations, refuse=refuse,
-    capabilities=frozenset({"structured", "closed_blocks", "symmetry", "permute_heads", "twin", "sdpa",
+    capabilities=frozenset({"structured", "closed_blocks", "block", "symmetry", "permute_heads", "twin", "sdpa",
                             "conservation"}),
     text=lambda config: f"r={config.rotary_dim}", chapter="chapter 4")

@@ -1,0 +1,108 @@
+"""Verification by the block route (idlib.blockrank) at d = 256 and at GPT-2 small's layer shape.
+
+    python benchmarks/verify_block.py                  (what `make bench` runs; ~30 min on 2 cores)
+    python benchmarks/verify_block.py --only gpt2      (one run; the others are kept from the record)
+
+Runs ``python -m idlib verify LAYER --json`` with default flags (the route "auto" takes: the block
+route) for each layer of ``RUNS`` -- d = 256, H = 16 plain and with 4 key/value groups, full RoPE
+or all four biases, and d = 768, H = 12 (GPT-2 small's attention layer) -- one subprocess each, and
+records the wall time, the child's own peak resident memory (``os.wait4``), the route, the measured
+rank against the closed form, the certified gap, the verdict and the machine (with its load
+average before and after: other jobs slow the runs) in benchmarks/results/verify_block.json;
+the reproducibility page shows the table (``benchmarks/report.py``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from environment import ROOT, environment  # noqa: E402
+
+# name -> (flags, targets: wall seconds, peak resident GB)
+RUNS = {
+    "d256": (("--d-model", "256", "--heads", "16"), 120.0, 4.0),
+    "d256-gqa": (("--d-model", "256", "--heads", "16", "--kv-heads", "4"), 600.0, 16.0),
+    "d256-rope": (("--d-model", "256", "--heads", "16", "--rope-fraction", "1"), 600.0, 16.0),
+    "d256-bias": (("--d-model", "256", "--heads", "16", "--bias", "qkvo"), 600.0, 16.0),
+    "gpt2": (("--d-model", "768", "--heads", "12"), 1800.0, 16.0),
+}
+LABELS = {"d256": "d = 256, H = 16", "d256-gqa": "d = 256, H = 16, 4 key/value groups",
+          "d256-rope": "d = 256, H = 16, full RoPE", "d256-bias": "d = 256, H = 16, biases q, k, v, o",
+          "gpt2": "d = 768, H = 12 (GPT-2 small)"}
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def verify(name: str) -> dict:
+    """One ``idlib verify --json`` run: its report, wall seconds and peak RSS (GB) of that child."""
+    flags, seconds_max, memory_max = RUNS[name]
+    cmd = [sys.executable, "-m", "idlib", "verify", *flags, "--json"]
+    before = load_average()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - t0
+        code = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if code not in (0, 1):
+        raise RuntimeError(f"{' '.join(cmd)} failed ({code}): {stderr.strip()[-2000:]}")
+    report = json.loads(stdout)
+    num = report["numerical"]
+    row = {"name": name, "label": LABELS[name],
+           "command": " ".join(["python", "-m", "idlib", "verify", *flags]),
+           "seconds": seconds, "cpu_seconds": usage.ru_utime + usage.ru_stime,
+           "max_rss_gb": usage.ru_maxrss / 1e6, "load_average_before": before,
+           "load_average_after": load_average(), "method": num["method"],
+           "n_params": num["n_params"], "n_rows": num["n_rows"], "rank": num["rank"],
+           "closed_form_identified": report["identified"], "unidentified": report["unidentified"],
+           "gap": num["gap"], "certified": num["certified"], "agrees": report["agrees"],
+           "exit_code": code, "seconds_max": seconds_max, "memory_gb_max": memory_max}
+    row["met"] = bool(row["agrees"] and seconds <= seconds_max and row["max_rss_gb"] <= memory_max)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(HERE / "results" / "verify_block.json"))
+    ap.add_argument("--only", nargs="*", choices=list(RUNS), default=None,
+                    help="run these only; the record's other runs are kept")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    kept = {}
+    if args.only is not None and out.exists():
+        kept = {r["name"]: r for r in json.loads(out.read_text())["runs"]}
+    for name in (args.only if args.only is not None else RUNS):
+        print(f"python -m idlib verify {' '.join(RUNS[name][0])} ...", flush=True)
+        r = verify(name)
+        r["environment"] = environment()
+        kept[name] = r
+        print(f"  {r['seconds']:.0f} s ({r['cpu_seconds']:.0f} s of CPU), {r['max_rss_gb']:.2f} GB, "
+              f"{r['method']} route, rank {r['rank']:,} of {r['n_params']:,} (closed form "
+              f"{r['closed_form_identified']:,}), gap {r['gap']:.2e}, agrees {r['agrees']}, targets "
+              f"met {r['met']} (load {r['load_average_before']} -> {r['load_average_after']})",
+              flush=True)
+    rows = [kept[name] for name in RUNS if name in kept]
+    result = {"script": "benchmarks/verify_block.py", "runs": rows,
+              "met": all(r["met"] for r in rows)}
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}; targets met: {result['met']}", flush=True)
+    return 0 if result["met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
