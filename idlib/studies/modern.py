@@ -19,7 +19,8 @@ from ..verdict import Check
 from .variants import labelled_checks
 
 # short names for the table (its caption spells them out)
-CAPABILITY_NAMES = {"structured": "fast", "closed_blocks": "closed", "symmetry": "group",
+CAPABILITY_NAMES = {"structured": "fast", "closed_blocks": "closed", "block": "block",
+                    "symmetry": "group",
                     "permute_heads": "relabel", "twin": "twin", "sdpa": "sdpa",
                     "conservation": "balance"}
 
