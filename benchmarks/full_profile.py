@@ -65,7 +65,8 @@ def markdown(rec: dict) -> str:
              "(verbatim, at most " f"{MAX_LINES} per chapter)", ":name: tab-repro-full", "",
              "| chapter | time | status | what it printed |", "|:--|--:|:--|:--|"]
     for c in rec["chapters"]:
-        said = "<br>".join(v.replace("|", "\\|") for v in c["verdicts"]) or "(tables and figures only)"
+        said = "<br>".join("`" + v.replace("`", "'").replace("|", "\\|") + "`"      # verbatim
+                           for v in c["verdicts"]) or "(tables and figures only)"
         if c["more_verdicts"]:
             said += f"<br>... and {c['more_verdicts']} more"
         lines.append(f"| `{Path(c['notebook']).stem}` | {c['seconds'] / 60:.1f} min | {c['status']} | {said} |")

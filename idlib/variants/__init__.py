@@ -18,8 +18,9 @@ from .base import (CAPABILITIES, NORM_EPS, PHASES, STAGES, Flow, Hook, Mode, Tal
                    center, rms_norm)
 from . import alibi, bias, causal, centred, gate, heads, latent, qk_norm, rope, sinks, softcap, stack
 
-ROWS: tuple[Variant, ...] = (heads.ROW, rope.ROW, bias.ROW, causal.ROW, qk_norm.ROW, latent.ROW,
-                             centred.ROW, stack.ROW, softcap.ROW, alibi.ROW, sinks.ROW, gate.ROW)
+ROWS: tuple[Variant, ...] = (heads.ROW, rope.ROW, bias.ROW, causal.ROW,
+                             qk_norm.ROW, latent.ROW, centred.ROW, stack.ROW,
+                             softcap.ROW, alibi.ROW, sinks.ROW, gate.ROW)
 BY_NAME = {row.name: row for row in ROWS}
 
 __all__ = ["ROWS", "BY_NAME", "CAPABILITIES", "PHASES", "STAGES", "Flow", "Hook", "Mode", "Tally",

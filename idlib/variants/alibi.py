@@ -19,8 +19,9 @@ from .base import Flow, Variant
 
 
 def alibi_slopes(n_heads: int) -> list[float]:
-    """BLOOM's slopes: with p = 2^floor(log2 H), m_h = 2^(-8h/p) for h = 1..p, then (when H > p)
-    2^(-4h/p) for h = 1, 3, 5, .. (the odd powers of the next schedule)."""
+    """BLOOM's slopes: with p = 2^floor(log2 H), m_h = 2^(-8h/p) for h = 1..p,
+    then (when H > p) 2^(-4h/p) for h = 1, 3, 5, .. (the odd powers of the next
+    schedule)."""
     p = 2 ** math.floor(math.log2(n_heads))
     slopes = [2.0 ** (-8.0 * h / p) for h in range(1, p + 1)]
     extra = min(p, n_heads - p)
@@ -42,7 +43,8 @@ def add_bias(flow: Flow) -> None:
 
 ROW = Variant(
     name="alibi",
-    summary="ALiBi: fixed per-head linear position biases on the scores, -m_h (i - j)",
+    summary="ALiBi: fixed per-head linear position biases on the scores, "
+            "-m_h (i - j)",
     fields={"alibi": boolean},
     active=lambda config: config.alibi,
     forward={"transform": add_bias},
