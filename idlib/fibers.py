@@ -20,7 +20,9 @@ from __future__ import annotations
 import bisect
 import math
 import numbers
+import operator
 from collections import Counter
+from itertools import compress, islice, repeat
 from typing import Any
 
 from .fields import ConfigError
@@ -47,12 +49,16 @@ def standard_frequencies(config) -> list[float]:
     lies exactly on the tolerance, see tests/test_fibers.py).  An angle too large for a float
     is infinite (then refused as not finite)."""
     r, base = config.rotary_dim, config.rope_base
-    return [_power(base, -2.0 * i / r) for i in range(r // 2)]
+    exponents = list(map(operator.truediv, map(operator.mul, repeat(-2.0), range(r // 2)), repeat(r)))
+    try:
+        return list(map(math.pow, repeat(float(base)), exponents))
+    except OverflowError:
+        return [_power(base, e) for e in exponents]
 
 
 def _power(base: float, exponent: float) -> float:
     try:
-        return base ** exponent
+        return math.pow(base, exponent)
     except OverflowError:
         return math.inf
 
@@ -113,39 +119,40 @@ def _group(frequencies: Any, tol: float) -> tuple[list[int], int, int]:
     theta = _angles(frequencies)
     if not all(map(math.isfinite, theta)):
         raise ConfigError("frequencies must be finite numbers")
-    atan2, sin, cos = math.atan2, math.sin, math.cos
-    phi = [atan2(abs(sin(t)), cos(t)) for t in theta]                  # in [0, pi]
-    delta, pi = _delta(tol), math.pi
-    plus = minus = 0
-    rest = []
-    for i, p in enumerate(phi):
-        at_plus, at_minus = p < delta, (pi - p) < delta
-        plus, minus = plus + at_plus, minus + at_minus
-        if not (at_plus or at_minus):
-            rest.append(i)
+    # (map and compress: the same float operations as a loop would do, at C speed)
+    phi = list(map(math.atan2, map(abs, map(math.sin, theta)), map(math.cos, theta)))  # [0, pi]
+    delta = _delta(tol)
+    at_plus = list(map(delta.__gt__, phi))                              # phi < delta
+    at_minus = list(map(delta.__gt__, map(operator.sub, repeat(math.pi), phi)))   # pi - phi < delta
+    plus, minus = sum(at_plus), sum(at_minus)
+    rotating = list(map(operator.not_, map(operator.or_, at_plus, at_minus)))
+    rest = list(compress(range(len(phi)), rotating))
     order = sorted(rest, key=phi.__getitem__, reverse=True)      # descending, ties in order
-    vals = [phi[i] for i in order]
+    vals = list(map(phi.__getitem__, order))
     n = len(vals)                                       # runs joined by gaps < delta ...
-    starts = [0] + [i + 1 for i, (a, b) in enumerate(zip(vals, vals[1:])) if a - b >= delta]
+    gaps = map(operator.sub, vals, islice(vals, 1, None))
+    starts = [0] + list(compress(range(1, n), map(delta.__le__, gaps)))      # gap >= delta
     if len(starts) >= n:                                # every plane a class of its own
         return [1] * n, plus, minus
-    bounds = list(zip(starts, starts[1:] + [n]))
-    label = [0] * n
-    for run, (start, end) in enumerate(bounds):
-        label[start:end] = [run] * (end - start)
-    asc, c = [-v for v in vals], len(bounds)            # ... split at DELTA from their head
-    for start, end in bounds:
-        i = start
-        while end - start > 1 and i < end:
-            j = min(end, bisect.bisect_left(asc, asc[i] + delta))
-            label[i:j] = [c] * max(0, j - i)
+    size_at = list(map(int, rotating))                  # class size at the class's first plane
+    ends = starts[1:] + [n]                             # (1: a class of its own, so far)
+    longer = map(operator.lt, map(operator.add, starts, repeat(1)), ends)   # runs of 2 or more
+    for start, end in compress(zip(starts, ends), longer):
+        # ... split at DELTA from their head (vals sorted by -phi; a plane no split reaches, -1,
+        # stays in the run's own class)
+        label, c, i = [-1] * (end - start), 0, start
+        while i < end:
+            j = min(end, bisect.bisect_left(vals, -vals[i] + delta, start, end, key=operator.neg))
+            label[i - start:j - start] = [c] * max(0, j - i)
             i, c = max(j, i + 1), c + 1
-    first: dict[int, int] = {}                          # class -> its first plane
-    for plane, lab in zip(order, label):
-        if first.get(lab, plane) >= plane:
-            first[lab] = plane
-    sizes = Counter(label)
-    return [sizes[lab] for lab in sorted(first, key=first.__getitem__)], plus, minus
+        first: dict[int, int] = {}
+        for plane, lab in zip(order[start:end], label):
+            size_at[plane] = 0
+            if first.get(lab, plane) >= plane:
+                first[lab] = plane
+        for lab, size in Counter(label).items():
+            size_at[first[lab]] = size
+    return list(filter(None, size_at)), plus, minus
 
 
 def _standard_classes(planes: int, base: float, tol: float = ROTATION_TOL) -> Classes:
