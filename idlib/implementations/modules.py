@@ -489,10 +489,10 @@ def position_embeddings(rotary: torch.nn.Module, X: torch.Tensor, pos: torch.Ten
 def module_classes() -> types.SimpleNamespace:
     """RMSNorm64, LayerNorm64 and BertWrap (defined on the first call, the same classes after)."""
     class RMSNorm64(torch.nn.Module):
-        """A family's RMSNorm re-evaluated in float64: gain * y / sqrt(mean(y^2) + eps), the gain
-        being ``weight``, ``1 + weight`` (Gemma, Qwen3-Next) or none (Llama 4's L2 norm), as the
-        module's own forward computes it (checked on a random input to float32 round-off when it is
-        built).  Their forward casts to float32."""
+        """A family's RMSNorm re-evaluated in float64: gain * y / sqrt(mean(y^2) + eps), the
+        gain being ``weight``, ``1 + weight`` (Gemma, Qwen3-Next) or none (Llama 4's L2 norm),
+        as the module's own forward computes it (checked on a random input to float32 round-off
+        when it is built).  Their forward casts to float32."""
 
         def __init__(self, norm: torch.nn.Module, one_plus: bool) -> None:
             super().__init__()
@@ -508,10 +508,10 @@ def module_classes() -> types.SimpleNamespace:
                 return out
             return (1.0 + self.weight if self.one_plus else self.weight) * out
 
-
     class LayerNorm64(torch.nn.Module):
-        """A family's LayerNorm (mean subtracted, gain ``weight`` of any shape ending in the normalised
-        width, optional ``bias``) re-evaluated in float64: Cohere's QK-norm casts to float32."""
+        """A family's LayerNorm (mean subtracted, gain ``weight`` of any shape ending in the
+        normalised width, optional ``bias``) re-evaluated in float64: Cohere's QK-norm casts to
+        float32."""
 
         def __init__(self, norm: torch.nn.Module) -> None:
             super().__init__()
@@ -542,6 +542,7 @@ def module_classes() -> types.SimpleNamespace:
 
 
 def __getattr__(name: str) -> Any:
+    """PEP 562: RMSNorm64 and LayerNorm64, the classes of :func:`module_classes`."""
     if name in ("RMSNorm64", "LayerNorm64"):
         return getattr(module_classes(), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
