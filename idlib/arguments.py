@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import torch
+from .lazy import is_tensor, torch
 
 from . import variants
 from .config import AttentionConfig, LatentAttentionConfig
@@ -79,9 +79,9 @@ def check(function: str, rules: dict[str, Rule], arguments: Arguments) -> None:
 
 
 def _short(value: Any) -> str:
-    if isinstance(value, torch.Tensor):
+    if is_tensor(value):
         return f"<tensor of shape {tuple(value.shape)}, {str(value.dtype).replace('torch.', '')}>"
-    if isinstance(value, dict) and any(isinstance(v, torch.Tensor) for v in value.values()):
+    if isinstance(value, dict) and any(is_tensor(v) for v in value.values()):
         return "{" + ", ".join(f"{k!r}: {_short(v)}" for k, v in list(value.items())[:3]) + \
             (", ..." if len(value) > 3 else "") + "}"
     return show(value)
@@ -162,23 +162,23 @@ def _planes(config: Any) -> int | None:
     return None
 
 
-def _real_vector(x: Any) -> torch.Tensor | None:
-    """``x`` as a 1-D float64 tensor when it is a sequence or tensor of finite real numbers."""
+def _real_vector(x: Any) -> torch.Tensor | list[float] | None:
+    """``x`` as a 1-D tensor or a list of floats when it is a tensor or a sequence of finite real
+    numbers (a sequence is read without torch)."""
     if isinstance(x, (str, bytes, dict, set)) or x is None:
         return None
-    if isinstance(x, torch.Tensor):
+    if is_tensor(x):
         if x.dtype.is_complex or x.dtype == torch.bool:
             return None
-        t = x
-    else:
-        try:
-            items = list(x)
-        except TypeError:
-            return None
-        if not all(isinstance(plain(v), numbers.Real) and not isinstance(plain(v), bool) for v in items):
-            return None
-        t = torch.tensor([float(plain(v)) for v in items], dtype=torch.float64)
-    return t if t.ndim == 1 and bool(torch.isfinite(t).all()) else None
+        return x if x.ndim == 1 and bool(torch.isfinite(x).all()) else None
+    try:
+        items = list(x)
+    except TypeError:
+        return None
+    if not all(isinstance(plain(v), numbers.Real) and not isinstance(plain(v), bool) for v in items):
+        return None
+    values = [float(plain(v)) for v in items]
+    return values if all(map(math.isfinite, values)) else None
 
 
 def _angles(layer_sized: bool) -> Callable[[Any, Arguments], str | None]:
@@ -189,8 +189,8 @@ def _angles(layer_sized: bool) -> Callable[[Any, Arguments], str | None]:
         if t is None:
             return ""
         planes = _planes(a.get("config")) if layer_sized else None
-        if planes is not None and t.numel() != planes:
-            return (f"{t.numel()} given, the layer has rotary_dim / 2 = {planes} rotation planes "
+        if planes is not None and len(t) != planes:
+            return (f"{len(t)} given, the layer has rotary_dim / 2 = {planes} rotation planes "
                     "(one angle each)")
         return None
     return ok
@@ -211,7 +211,7 @@ def _params(optional: bool) -> Callable[[Any, Arguments], str | None]:
     def ok(x: Any, a: Arguments) -> str | None:
         if x is None and optional:                   # the seeded generic point
             return None
-        if not isinstance(x, dict) or not all(isinstance(v, torch.Tensor) for v in x.values()):
+        if not isinstance(x, dict) or not all(is_tensor(v) for v in x.values()):
             return ""
         config = a.get("config")
         if not isinstance(config, AttentionConfig):
@@ -252,7 +252,7 @@ OPTIONAL_PARAMS = Rule("None or a dict of the layer's parameters (float64 tensor
 
 
 def _theta(x: Any, a: Arguments) -> str | None:
-    if not isinstance(x, torch.Tensor) or x.ndim != 1 or x.dtype.is_complex:
+    if not is_tensor(x) or x.ndim != 1 or x.dtype.is_complex:
         return ""
     config = a.get("config")
     if isinstance(config, AttentionConfig):
@@ -267,7 +267,7 @@ THETA = Rule("a 1-D tensor of the layer's parameters (flattened)", _theta,
 
 
 def _inputs(x: Any, a: Arguments) -> str | None:
-    if not isinstance(x, torch.Tensor) or x.dtype.is_complex:
+    if not is_tensor(x) or x.dtype.is_complex:
         return ""
     config = a.get("config")
     d = getattr(config, "d_model", None)

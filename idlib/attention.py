@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import math
 
-import torch
+from .lazy import torch
 
 from . import variants
 from .arguments import (ANY_LAYER, FREQUENCIES, INPUTS, LAYER, PARAMS, SEED, SIZE, THETA, accepts,
                         available_memory)
 from .config import AttentionConfig, ConfigError, LatentAttentionConfig
-from .fibers import DTYPE, rope_frequencies  # noqa: F401 (re-exported)
+from .fibers import rope_frequencies  # noqa: F401 (re-exported)
 from .variants import NORM_EPS, Flow, center, rms_norm  # noqa: F401 (re-exported)
 from .variants.rope import apply_rope  # noqa: F401 (re-exported)
 
-Params = dict[str, torch.Tensor]
+Params = dict[str, "torch.Tensor"]
 PROJECTION = variants.STAGES[:variants.STAGES.index("rotate") + 1]
 WEIGHTS = variants.STAGES[variants.STAGES.index("scores"):variants.STAGES.index("trim") + 1]
 AFTER_WEIGHTS = variants.STAGES[variants.STAGES.index("trim") + 1:]
@@ -80,7 +80,7 @@ def init_params(config: AttentionConfig, seed: int = 0) -> Params:
     params = {}
     for name, shape in param_shapes(config).items():
         scale = 1.0 / math.sqrt(shape[-2]) if name.startswith("W") else 0.5
-        params[name] = scale * torch.randn(shape, generator=gen, dtype=DTYPE)
+        params[name] = scale * torch.randn(shape, generator=gen, dtype=torch.float64)
         if name.startswith("g_"):
             params[name] = params[name] + 1.0
     return params
@@ -98,7 +98,7 @@ def random_inputs(config: AttentionConfig | LatentAttentionConfig, n_sequences: 
         raise ConfigError(f"random_inputs: {n_sequences} x {seq_len} x {config.d_model} float64 "
                           f"inputs need {need / 1e9:.3g} GB, more than the memory available")
     gen = torch.Generator().manual_seed(10_000 + seed)
-    X = torch.randn(n_sequences, seq_len, config.d_model, generator=gen, dtype=DTYPE)
+    X = torch.randn(n_sequences, seq_len, config.d_model, generator=gen, dtype=torch.float64)
     return center(X) if getattr(config, "input_centered", False) else X
 
 
@@ -210,7 +210,7 @@ def forward_sdpa(config: AttentionConfig, params: Params, X: torch.Tensor,
     flow = run(Flow(config, params, X, frequencies), PROJECTION)
     n = X.shape[1]
     zero = Flow(config, params, X, frequencies,
-                scores=torch.zeros(1, config.n_heads, n, n, dtype=DTYPE, device=X.device))
+                scores=torch.zeros(1, config.n_heads, n, n, dtype=torch.float64, device=X.device))
     mask = run(zero, ADDITIVE).scores
     flow.heads = torch.nn.functional.scaled_dot_product_attention(flow.q, flow.k, flow.v,
                                                                   attn_mask=mask)

@@ -118,14 +118,15 @@ closed form's symmetry; it is reported, also as not certified (J's rank is then 
 from __future__ import annotations
 
 import math
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import torch
+from .lazy import torch
 
 from . import variants
-from .attention import (DTYPE, Params, apply_rope, attention_weights, flatten, forward, init_params,
+from .attention import (Params, apply_rope, attention_weights, flatten, forward, init_params,
                         n_params, param_shapes, project, rope_frequencies, unflatten)
 from .certify import is_certified
 from .config import AttentionConfig
@@ -142,7 +143,7 @@ SELECT_CUT = 1e-6        # scaled singular values below this are dropped by the 
 ROUNDING_SAFETY = 4.0    # factor on the first-order bound of the entries' rounding
 CERTIFY_TRIES = 10       # Cholesky tests per block, mu lowered by 4 each time
 CHECKED_STAGES = 6       # stages checked against the layer's forward pass per run (JVPs)
-EPS = torch.finfo(DTYPE).eps
+EPS = sys.float_info.epsilon  # float64's machine epsilon, torch.finfo(torch.float64).eps
 U = EPS / 2              # unit round-off of float64
 
 
@@ -172,11 +173,11 @@ def block_point(config: AttentionConfig, params: Params, device: torch.device | 
     """The route's point: W_Q, W_K, b_Q, b_K from ``params``; W_V^g = [I_v; 0], b_V = 0;
     W_O^h = E_h^T (head h writes outputs h v .. h v + v - 1), b_O = 0 (module docstring)."""
     d, H, G, v = config.d_model, config.n_heads, config.n_kv_heads, config.value_dim
-    p = {name: t.detach().to(device=device, dtype=DTYPE) for name, t in params.items()}
-    eye = torch.eye(v, dtype=DTYPE, device=device)
-    p["W_V"] = torch.zeros(G, d, v, dtype=DTYPE, device=device)
+    p = {name: t.detach().to(device=device, dtype=torch.float64) for name, t in params.items()}
+    eye = torch.eye(v, dtype=torch.float64, device=device)
+    p["W_V"] = torch.zeros(G, d, v, dtype=torch.float64, device=device)
     p["W_V"][:, :v] = eye
-    p["W_O"] = torch.zeros(H, v, d, dtype=DTYPE, device=device)
+    p["W_O"] = torch.zeros(H, v, d, dtype=torch.float64, device=device)
     for h in range(H):
         p["W_O"][h, :, h * v:(h + 1) * v] = eye
     for name in ("b_V", "b_O"):
@@ -255,12 +256,12 @@ def stage_inputs(config: AttentionConfig, stage: Stage, seed: int = 0,
     """Tokens (n_sequences, seq_len, d) with entries N(0, (TOKEN_SCALE sqrt(d / hi))^2) on the
     coordinates 1..hi and exact zeros elsewhere (seeded by (seed, hi); drawn on the CPU)."""
     d = config.d_model
-    X = torch.zeros(stage.n_sequences, stage.seq_len, d, dtype=DTYPE)
+    X = torch.zeros(stage.n_sequences, stage.seq_len, d, dtype=torch.float64)
     if stage.hi:
         gen = torch.Generator().manual_seed(1_000_003 * seed + stage.hi)
         scale = TOKEN_SCALE * math.sqrt(d / stage.hi)
         X[:, :, :stage.hi] = scale * torch.randn(stage.n_sequences, stage.seq_len, stage.hi,
-                                                 generator=gen, dtype=DTYPE)
+                                                 generator=gen, dtype=torch.float64)
     return X.to(device)
 
 
@@ -270,7 +271,7 @@ def _abs_rope(x: torch.Tensor, frequencies: torch.Tensor, positions: torch.Tenso
     half = frequencies.shape[0]
     if half == 0:
         return x
-    angle = positions.to(device=x.device, dtype=DTYPE)[:, None] * frequencies.to(x.device)[None, :]
+    angle = positions.to(device=x.device, dtype=torch.float64)[:, None] * frequencies.to(x.device)[None, :]
     cos, sin = angle.cos().abs(), angle.sin().abs()
     x1, x2, rest = x[..., :half], x[..., half:2 * half], x[..., 2 * half:]
     return torch.cat([x1 * cos + x2 * sin, x1 * sin + x2 * cos, rest], dim=-1)
@@ -386,7 +387,7 @@ def y_block(config: AttentionConfig, terms: StageTerms, stage: Stage) -> tuple[t
     ys = [terms.Z[:, :, :, cs].permute(0, 2, 3, 1).reshape(N, -1)]
     ya = [terms.Z_abs[:, :, :, cs].permute(0, 2, 3, 1).reshape(N, -1)]
     if stage.hi == 0 and config.has_bias("o"):
-        ones = torch.ones(N, 1, dtype=DTYPE, device=terms.X.device)
+        ones = torch.ones(N, 1, dtype=torch.float64, device=terms.X.device)
         ys.append(ones)
         ya.append(ones)
     return torch.cat(ys, 1), torch.cat(ya, 1)
@@ -417,8 +418,8 @@ def stage_blocks(config: AttentionConfig, terms: StageTerms, stage: Stage, group
     X = terms.X.abs() if absolute else terms.X
     Xa = X[:, :, list(stage.coordinates)]
     dev = X.device
-    ones = torch.ones(B, n, 1, dtype=DTYPE, device=dev)
-    eye_v = torch.eye(v, dtype=DTYPE, device=dev)
+    ones = torch.ones(B, n, 1, dtype=torch.float64, device=dev)
+    eye_v = torch.eye(v, dtype=torch.float64, device=dev)
 
     def by_group(t: torch.Tensor) -> torch.Tensor:       # (B, H', n, v, w) -> (G', m, N, v, w)
         w = t.shape[-1]
@@ -426,7 +427,7 @@ def stage_blocks(config: AttentionConfig, terms: StageTerms, stage: Stage, group
 
     def query_columns(w: torch.Tensor) -> torch.Tensor:   # each head's own columns, (G', m, N, v, m w')
         cols = by_group(torch.einsum("bta,bhtce->bhtcae", w, T["RC"]).flatten(-2))
-        out = torch.zeros(Gs, m, N, v, m, cols.shape[-1], dtype=DTYPE, device=dev)
+        out = torch.zeros(Gs, m, N, v, m, cols.shape[-1], dtype=torch.float64, device=dev)
         for hl in range(m):
             out[:, hl, :, :, hl] = cols[:, hl]
         return out.flatten(-2)
@@ -459,7 +460,7 @@ def stage_blocks(config: AttentionConfig, terms: StageTerms, stage: Stage, group
     if "b_V" in names:
         parts.append(eye_v.expand(Gs, m, N, v, v).clone())
     if not parts:
-        return torch.zeros(Gs, m * v, N, 0, dtype=DTYPE, device=dev)
+        return torch.zeros(Gs, m * v, N, 0, dtype=torch.float64, device=dev)
     K = torch.cat(parts, -1)                                               # (G', m, N, v, c)
     return K.permute(0, 1, 3, 2, 4).reshape(Gs, m * v, N, -1)
 
@@ -592,11 +593,11 @@ def block_cholesky_passes(GY: torch.Tensor, B: torch.Tensor, GK: torch.Tensor,
     by blocks: GY - mu I = C C^T, W_j = C^{-1} B_j, GK - mu I - sum_j W_j^T W_j = C_S C_S^T.
 
     GY (n_y, n_y), B (G, n_out, n_y, s), GK (G, s, s), mu (G,); returns a bool tensor (G,)."""
-    eye_s = torch.eye(GK.shape[-1], dtype=DTYPE, device=GK.device)
+    eye_s = torch.eye(GK.shape[-1], dtype=torch.float64, device=GK.device)
     S = GK - mu[:, None, None] * eye_s
     ok = torch.ones(GK.shape[0], dtype=torch.bool, device=GK.device)
     if GY.shape[0]:
-        T = GY - mu[:, None, None] * torch.eye(GY.shape[0], dtype=DTYPE, device=GY.device)
+        T = GY - mu[:, None, None] * torch.eye(GY.shape[0], dtype=torch.float64, device=GY.device)
         C, info = torch.linalg.cholesky_ex(T)
         ok &= info == 0
         if S.shape[-1]:
@@ -634,7 +635,7 @@ def certify_stage(Y: torch.Tensor, FY: torch.Tensor, K: torch.Tensor, FK: torch.
     GP = KPm.transpose(1, 2) @ KPm
     del KP, KPm
     cut2 = SELECT_CUT ** 2
-    test = GP - cut2 * torch.eye(c, dtype=DTYPE, device=dev)
+    test = GP - cut2 * torch.eye(c, dtype=torch.float64, device=dev)
     full = (torch.linalg.cholesky_ex(test)[1] == 0) & (Dk > 0).all(dim=1) if c else \
         torch.ones(G, dtype=torch.bool, device=dev)
     kept_of = {}
@@ -681,14 +682,14 @@ def _certify_kept(Ys: torch.Tensor, FYs: torch.Tensor, Ks: torch.Tensor, FKs: to
     B = torch.einsum("ny,gjnc->gjyc", Ys, Ks)
     y2 = GY.trace().item()
     k2 = GK.diagonal(dim1=1, dim2=2).sum(-1).tolist()
-    delta = torch.tensor([gram_error(N, rows, n_y, n_out, s, y2, x) for x in k2], dtype=DTYPE, device=dev)
+    delta = torch.tensor([gram_error(N, rows, n_y, n_out, s, y2, x) for x in k2], dtype=torch.float64, device=dev)
     tops = []
     if n_y:
         tops.append(torch.linalg.eigvalsh(GY)[0].expand(G))
     if s:
         tops.append(torch.linalg.eigvalsh(GP)[:, 0])
     mu = 0.5 * torch.stack(tops).min(dim=0).values.clamp_min(0.0)
-    sigma = torch.zeros(G, dtype=DTYPE, device=dev)
+    sigma = torch.zeros(G, dtype=torch.float64, device=dev)
     todo = torch.ones(G, dtype=torch.bool, device=dev)
     for _ in range(CERTIFY_TRIES):
         if not todo.any():
@@ -700,7 +701,7 @@ def _certify_kept(Ys: torch.Tensor, FYs: torch.Tensor, Ks: torch.Tensor, FKs: to
     # 4. the entries' rounding (Weyl) and the book's tolerance of the block (Frobenius norms)
     F2 = n_out * (FYs * FYs).sum() + (FKs * FKs).sum(dim=(1, 2, 3))
     rounding = e_E * F2.sqrt()
-    tolerance = (y2 + torch.tensor(k2, dtype=DTYPE, device=dev) + delta).sqrt() * max(rows, columns) * EPS
+    tolerance = (y2 + torch.tensor(k2, dtype=torch.float64, device=dev) + delta).sqrt() * max(rows, columns) * EPS
     gap = sigma / torch.maximum(rounding, tolerance)
     return [BlockCertificate(rank, rows, columns, sigma[g].item(), rounding[g].item(),
                              tolerance[g].item(), gap[g].item(), torch.zeros(0, dtype=torch.long))
@@ -750,7 +751,7 @@ def check_stage(config: AttentionConfig, p: Params, X: torch.Tensor, stage: Stag
     theta = flatten(p).detach().requires_grad_(True)
     gen = torch.Generator().manual_seed(seed + 77 * stage.hi)
     out = forward(config, unflatten(config, theta), X, frequencies).reshape(-1, config.d_model)
-    u = torch.randn(out.shape, generator=gen, dtype=DTYPE).to(out.device)
+    u = torch.randn(out.shape, generator=gen, dtype=torch.float64).to(out.device)
     grad = torch.autograd.grad((out * u).sum(), theta)[0].detach()
     later = _later_index(config, stage).to(grad.device)
     if later.numel() and grad[later].abs().max().item() != 0.0:
@@ -884,7 +885,7 @@ def certify_one_stage(config: AttentionConfig, p: Params, stage: Stage, seed: in
         if check:
             blocks += list(K)
     if d > H * v and Y.shape[1]:     # outputs no head writes: W_O and b_O only
-        empty = torch.zeros(d - H * v, Y.shape[0], 0, dtype=DTYPE, device=device)
+        empty = torch.zeros(d - H * v, Y.shape[0], 0, dtype=torch.float64, device=device)
         certs.append(certify_block(Y, FY, empty, empty, terms.e_E, y_kept))
     if check:
         t3 = time.perf_counter()
@@ -910,7 +911,7 @@ def block_rank(config: AttentionConfig, params: Params | None = None, seed: int 
     params = init_params(config, seed) if params is None else params
     p = block_point(config, params, device)
     if frequencies is not None:
-        frequencies = frequencies.to(device=device, dtype=DTYPE)
+        frequencies = frequencies.to(device=device, dtype=torch.float64)
     plan = stages(config)
     check_at = checked_stages(len(plan)) if check else set()
     rank, n_rows, gaps, sigmas = 0, 0, [], []
@@ -934,5 +935,5 @@ def block_rank(config: AttentionConfig, params: Params | None = None, seed: int 
                "device": str(device)}
     return BlockRank(rank=rank, closed_form=closed_form, n_params=P, n_rows=n_rows, gap=gap,
                      certified=bool(is_certified(gap) and rank == closed_form),
-                     block_sigma_lower=torch.tensor(sorted(sigmas), dtype=DTYPE),
+                     block_sigma_lower=torch.tensor(sorted(sigmas), dtype=torch.float64),
                      n_blocks=len(gaps), factors=factors)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-import torch
+from .lazy import torch
 
 
 CERTIFY_GAP = 1e4

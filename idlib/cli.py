@@ -14,13 +14,14 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
 from fractions import Fraction
 from typing import Any, NoReturn, Sequence
 
-import torch
+from .lazy import torch
 
 from .attention import n_params
 from . import blockrank, implementations
@@ -277,16 +278,23 @@ def config_from_args(args: argparse.Namespace) -> AttentionConfig | LatentAttent
     return layers[0]
 
 
+DEVICE_TEXT = re.compile(r"(cpu|cuda)(:(0|[1-9][0-9]*))?")   # what torch.device reads of these
+
+
+def device_text(device: str | torch.device) -> str:
+    """--device checked as text, without torch: cpu or cuda, with an optional index."""
+    text = device if isinstance(device, str) else str(device)
+    if not DEVICE_TEXT.fullmatch(text):
+        raise UsageError(f"--device={show(text)} must be cpu or cuda (cuda:0, cuda:1, ...)")
+    return text
+
+
 def measurement_device(text: str) -> torch.device:
-    """--device as a torch.device: cpu, or cuda[:i] when that GPU exists (UsageError otherwise)."""
-    try:
-        device = torch.device(text)
-    except (RuntimeError, ValueError):
-        raise UsageError(f"--device={show(text)} must be cpu or cuda (cuda:0, cuda:1, ...)") from None
+    """--device as a torch.device: cpu, or cuda[:i] when that GPU exists (UsageError otherwise).
+    Only this asks torch (whether the GPU is there): the text is checked first without it."""
+    device = torch.device(device_text(text))
     if device.type == "cpu":
         return device
-    if device.type != "cuda":
-        raise UsageError(f"--device={show(text)} must be cpu or cuda (cuda:0, cuda:1, ...)")
     if not torch.cuda.is_available():
         raise UsageError(f"--device={show(text)}: no CUDA device is available here")
     if device.index is not None and device.index >= torch.cuda.device_count():
@@ -318,15 +326,22 @@ def check_verify_args(args: argparse.Namespace, config: AttentionConfig) -> None
         args.max_params = default_max_params(config, args.method)
     if args.max_params < 1:
         raise UsageError(f"--max-params={show(args.max_params)} must be at least 1")
-    device = measurement_device(args.device) if isinstance(args.device, str) else args.device
-    args.device = device
+    text = device_text(args.device)
     P = n_params(config)
     if P > args.max_params:
         raise UsageError(f"the layer has {P} parameters, more than --max-params={args.max_params} "
                          "(raise --max-params to insist)")
-    need, have = measurement_bytes(config, method=args.method), device_memory(device)
+    need = measurement_bytes(config, method=args.method)
+    if text.startswith("cpu"):                  # refused without torch; a GPU's memory asks torch
+        _check_memory(P, need, available_memory(), "available")
+    device = measurement_device(text) if isinstance(args.device, str) else args.device
+    if device.type == "cuda":
+        _check_memory(P, need, device_memory(device), f"free on {device}")
+    args.device = device
+
+
+def _check_memory(P: int, need: int, have: int, where: str) -> None:
     if need > have:
-        where = "available" if device.type == "cpu" else f"free on {device}"
         raise UsageError(f"measuring the layer's {P} parameters needs about {need / 1e9:.3g} GB "
                          f"(Jacobian and SVD), more than the {have / 1e9:.3g} GB {where}")
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 
-import torch
+from .lazy import torch
 
 from .attention import Params, flatten, n_params, param_slices, unflatten
 from . import variants

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
+from .lazy import torch
 
 from . import variants
 from .config import AttentionConfig, ConfigError, LatentAttentionConfig

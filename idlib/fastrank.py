@@ -158,9 +158,9 @@ import math
 import time
 from dataclasses import dataclass, field
 
-import torch
+from .lazy import torch
 
-from .attention import (DTYPE, Flow, Params, apply_rope, attention_weights, center, flatten, forward,
+from .attention import (Flow, Params, apply_rope, attention_weights, center, flatten, forward,
                         n_params, param_shapes, project, rope_frequencies, run, unflatten)
 from .certify import rank_from_singular_values, roundoff_tolerance
 from . import variants
@@ -357,8 +357,8 @@ def _group_jacobian_closed(sub: AttentionConfig, theta_g: torch.Tensor, X: torch
     C = torch.einsum("bhtsc,bhse->bhcte", AD, k)                         # (B, m, c, t, e)
     RC = _rotate_back(C, sub, frequencies, pos).permute(0, 1, 3, 2, 4)   # (B, m, t, c, e)
     Rq = _rotate_back(q[:, :, :, None, :].expand(B, m, n, n, kd), sub, frequencies, pos)  # (B,m,t,s,e)
-    eye_m = torch.eye(m, dtype=DTYPE, device=X.device)
-    eye_v = torch.eye(vd, dtype=DTYPE, device=X.device)
+    eye_m = torch.eye(m, dtype=torch.float64, device=X.device)
+    eye_v = torch.eye(vd, dtype=torch.float64, device=X.device)
     cols = {
         "W_Q": scale * torch.einsum("bta,bhtce,hg->bhtcgae", Xc, RC, eye_m).reshape(B, m, n, vd, -1),
         "W_K": scale * (torch.einsum("bhtsc,bsa,bhtse->bhtcae", AD, Xc, Rq) if sub.rotary_dim else
@@ -651,7 +651,7 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
         Z = head_outputs(config, params, X, frequencies)                  # (B, H, n, v)
     Zmat = Z.permute(0, 2, 1, 3).reshape(B * n, H * v)
     if config.has_bias("o"):
-        Zmat = torch.cat([Zmat, torch.ones(B * n, 1, dtype=DTYPE, device=Zmat.device)], dim=1)
+        Zmat = torch.cat([Zmat, torch.ones(B * n, 1, dtype=torch.float64, device=Zmat.device)], dim=1)
     c = Zmat.shape[1]
     if c > B * n:
         raise StructureError(f"B * n = {B * n} rows must be at least the {c} columns of Z'")
@@ -717,7 +717,7 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
             Vs = Vh[:r_g].T                                              # (P_g, r_g)
             Uj_g = U_j[g * m * v:(g + 1) * m * v]                        # (mv, j)
             if factored_is_cheaper(B * n, m * v, j, r_g):
-                TS = FactoredRows(projected_times(split, torch.eye(m * v, dtype=DTYPE, device=Vs.device), Vs), Uj_g)
+                TS = FactoredRows(projected_times(split, torch.eye(m * v, dtype=torch.float64, device=Vs.device), Vs), Uj_g)
             else:
                 TS = projected_times(split, Uj_g, Vs)                     # (Bn j, r_g)
             MV = Lg.reshape(-1, K.shape[-1]) @ Vs                        # R^{-1} Q^T delta Z V_S
@@ -774,7 +774,7 @@ def structured_rank(config: AttentionConfig, params: Params, X: torch.Tensor,
         lifted_images.clear()
         sigma_next = kernel_sv.max().item()
     else:
-        kernel_sv = torch.zeros(0, dtype=DTYPE)
+        kernel_sv = torch.zeros(0, dtype=torch.float64)
         sigma_next = 0.0
     seconds["upper_bound"] = time.perf_counter() - t0
     t0 = time.perf_counter()

@@ -8,28 +8,59 @@ Rotation classes: planes whose offset-1 rotations agree up to conjugation (withi
 ROTATION_TOL) form one class.  Explicit frequencies are sorted (O(P log P), P planes); the
 standard ones base^(-2i/r) are grouped in closed form (``_standard_classes``, O(distinct class
 sizes)), so any width the config accepts (up to 2**53) is counted at once.
+
+Counting imports no torch (idlib.lazy): the classes are computed on Python floats (math's pow,
+sin, cos and atan2; the angles of a tensor are read into floats).  Only ``rope_frequencies``, the
+schedule as a tensor for the forward pass, uses torch; ``standard_frequencies`` is the same
+schedule as floats, for the count (tests/test_fibers_without_torch.py: the classes are those
+the former torch computation gave).
 """
 from __future__ import annotations
 
+import bisect
 import math
+import numbers
+import operator
 from collections import Counter
-
-import torch
+from itertools import compress, islice, repeat
+from typing import Any
 
 from .fields import ConfigError
+from .lazy import is_tensor, torch
 
-DTYPE = torch.float64
 ROTATION_TOL = 1e-9             # two rotations are one class when |e^{i theta} - e^{i theta'}| < this
-MAX_TABULATED_PLANES = 1 << 22  # frequencies held as a tensor (explicit, or a base below 1)
+MAX_TABULATED_PLANES = 1 << 22  # frequencies tabulated and sorted (explicit, or a base below 1)
 CLOSED_FORM_PLANES = 1 << 12    # standard frequencies beyond this many planes: classes in closed form
 MAX_CLASS_SIZES = 20_000        # distinct class sizes the closed form walks through (standard RoPE)
 
 
 def rope_frequencies(config) -> torch.Tensor:
-    """theta_i = base^(-2i/r), i = 0 .. r/2 - 1 (the RoFormer / GPT-NeoX schedule)."""
+    """theta_i = base^(-2i/r), i = 0 .. r/2 - 1 (the RoFormer / GPT-NeoX schedule), a float64
+    tensor for the forward pass."""
     r = config.rotary_dim
-    i = torch.arange(r // 2, dtype=DTYPE)
+    i = torch.arange(r // 2, dtype=torch.float64)
     return config.rope_base ** (-2.0 * i / r) if r else i
+
+
+def standard_frequencies(config) -> list[float]:
+    """The same schedule as floats, for counting (no torch): each angle is the same float64
+    expression, base ** (-2.0 * i / r), rounded by the C library's pow instead of torch's (they
+    may differ in the last bit; the classes differ only where an angle or the gap between two
+    lies exactly on the tolerance, see tests/test_fibers.py).  An angle too large for a float
+    is infinite (then refused as not finite)."""
+    r, base = config.rotary_dim, config.rope_base
+    exponents = list(map(operator.truediv, map(operator.mul, repeat(-2.0), range(r // 2)), repeat(r)))
+    try:
+        return list(map(math.pow, repeat(float(base)), exponents))
+    except OverflowError:
+        return [_power(base, e) for e in exponents]
+
+
+def _power(base: float, exponent: float) -> float:
+    try:
+        return math.pow(base, exponent)
+    except OverflowError:
+        return math.inf
 
 
 def factor_fiber(a: int, b: int, k: int, m: int) -> int:
@@ -60,37 +91,68 @@ def _delta(tol: float) -> float:
     return 2.0 * math.asin(tol / 2.0)
 
 
-def _group(frequencies: torch.Tensor | list[float], tol: float) -> tuple[torch.Tensor, int, int]:
-    """(multiplicities in order of first appearance, planes at +1, planes at -1): sort, O(P log P)."""
-    theta = torch.as_tensor(frequencies, dtype=torch.float64).reshape(-1)
-    if not bool(torch.isfinite(theta).all()):
+def _angles(frequencies: Any) -> list[float]:
+    """The angles as floats, in order (nested sequences flattened, as torch.as_tensor(frequencies,
+    dtype=float64).reshape(-1) would): a tensor, a NumPy array, a sequence of numbers."""
+    if is_tensor(frequencies):
+        return frequencies.detach().to(device="cpu", dtype=torch.float64).reshape(-1).tolist()
+    if hasattr(frequencies, "tolist"):                  # NumPy arrays and scalars
+        frequencies = frequencies.tolist()
+    if isinstance(frequencies, numbers.Real):
+        return [float(frequencies)]
+    if isinstance(frequencies, (str, bytes)) or not hasattr(frequencies, "__iter__"):
+        raise ConfigError("frequencies must be finite real numbers")
+    out: list[float] = []
+    for f in frequencies:
+        if type(f) is float:
+            out.append(f)
+        else:
+            out.extend(_angles(f))
+    return out
+
+
+def _group(frequencies: Any, tol: float) -> tuple[list[int], int, int]:
+    """(multiplicities in order of first appearance, planes at +1, planes at -1): sort, O(P log P).
+
+    Plain Python floats (the math module's sin, cos, atan2), no tensor: counting imports no torch.
+    """
+    theta = _angles(frequencies)
+    if not all(map(math.isfinite, theta)):
         raise ConfigError("frequencies must be finite numbers")
-    phi = torch.atan2(torch.sin(theta).abs(), torch.cos(theta))          # in [0, pi]
+    # (map and compress: the same float operations as a loop would do, at C speed)
+    phi = list(map(math.atan2, map(abs, map(math.sin, theta)), map(math.cos, theta)))  # [0, pi]
     delta = _delta(tol)
-    plus, minus = phi < delta, (math.pi - phi) < delta
-    rest = (~plus & ~minus).nonzero().reshape(-1)
-    vals, order = phi[rest].sort(descending=True, stable=True)
-    n = vals.numel()
-    label = torch.zeros(n, dtype=torch.long)
-    if n:
-        gaps = vals[:-1] - vals[1:]                         # >= 0
-        new = torch.cat([torch.tensor([True]), gaps >= delta])
-        label = new.cumsum(0) - 1                           # runs joined by gaps < delta ...
-        runs = torch.bincount(label)
-        if bool((runs > 1).any()):                          # ... split at DELTA from their head
-            asc = (-vals).contiguous()                      # (only the runs of two or more: a
-            split, c = label.clone(), int(runs.numel())     # Python loop over their classes)
-            for start in (new & (runs[label] > 1)).nonzero().reshape(-1).tolist():
-                i, end = start, start + int(runs[label[start]])
-                while i < end:
-                    j = min(end, int(torch.searchsorted(asc, asc[i] + delta, side="left")))
-                    split[i:j] = c
-                    i, c = max(j, i + 1), c + 1
-            label = torch.unique(split, return_inverse=True)[1]
-    first = torch.full((int(label.max()) + 1 if n else 0,), len(phi), dtype=torch.long)
-    first = first.scatter_reduce(0, label, rest[order], reduce="amin") if n else first
-    mults = torch.bincount(label, minlength=first.numel()) if n else torch.zeros(0, dtype=torch.long)
-    return mults[torch.argsort(first, stable=True)], int(plus.sum()), int(minus.sum())
+    at_plus = list(map(delta.__gt__, phi))                              # phi < delta
+    at_minus = list(map(delta.__gt__, map(operator.sub, repeat(math.pi), phi)))   # pi - phi < delta
+    plus, minus = sum(at_plus), sum(at_minus)
+    rotating = list(map(operator.not_, map(operator.or_, at_plus, at_minus)))
+    rest = list(compress(range(len(phi)), rotating))
+    order = sorted(rest, key=phi.__getitem__, reverse=True)      # descending, ties in order
+    vals = list(map(phi.__getitem__, order))
+    n = len(vals)                                       # runs joined by gaps < delta ...
+    gaps = map(operator.sub, vals, islice(vals, 1, None))
+    starts = [0] + list(compress(range(1, n), map(delta.__le__, gaps)))      # gap >= delta
+    if len(starts) >= n:                                # every plane a class of its own
+        return [1] * n, plus, minus
+    size_at = list(map(int, rotating))                  # class size at the class's first plane
+    ends = starts[1:] + [n]                             # (1: a class of its own, so far)
+    longer = map(operator.lt, map(operator.add, starts, repeat(1)), ends)   # runs of 2 or more
+    for start, end in compress(zip(starts, ends), longer):
+        # ... split at DELTA from their head (vals sorted by -phi; a plane no split reaches, -1,
+        # stays in the run's own class)
+        label, c, i = [-1] * (end - start), 0, start
+        while i < end:
+            j = min(end, bisect.bisect_left(vals, -vals[i] + delta, start, end, key=operator.neg))
+            label[i - start:j - start] = [c] * max(0, j - i)
+            i, c = max(j, i + 1), c + 1
+        first: dict[int, int] = {}
+        for plane, lab in zip(order[start:end], label):
+            size_at[plane] = 0
+            if first.get(lab, plane) >= plane:
+                first[lab] = plane
+        for lab, size in Counter(label).items():
+            size_at[first[lab]] = size
+    return list(filter(None, size_at)), plus, minus
 
 
 def _standard_classes(planes: int, base: float, tol: float = ROTATION_TOL) -> Classes:
@@ -129,13 +191,12 @@ def _standard_classes(planes: int, base: float, tol: float = ROTATION_TOL) -> Cl
     return mults, 2 * (planes - n_rot), 0
 
 
-def _classes(frequencies: torch.Tensor | list[float], pass_dims: int, tol: float) -> Classes:
+def _classes(frequencies: Any, pass_dims: int, tol: float) -> Classes:
     mults, plus, minus = _group(frequencies, tol)
-    sizes, n = torch.unique(mults, return_counts=True)
-    return Counter(dict(zip(sizes.tolist(), n.tolist()))), pass_dims + 2 * plus, 2 * minus
+    return Counter(dict(sorted(Counter(mults).items()))), pass_dims + 2 * plus, 2 * minus
 
 
-def rotation_classes(frequencies: torch.Tensor | list[float], pass_dims: int,
+def rotation_classes(frequencies: Any, pass_dims: int,
                      tol: float = ROTATION_TOL) -> tuple[list[int], int, int]:
     """Group the rotation planes by the eigenvalue z = e^{i theta} of the offset-1 rotation.
 
@@ -146,7 +207,7 @@ def rotation_classes(frequencies: torch.Tensor | list[float], pass_dims: int,
     Sorted, O(P log P).
     """
     mults, plus, minus = _group(frequencies, tol)
-    return mults.tolist(), pass_dims + 2 * plus, 2 * minus
+    return mults, pass_dims + 2 * plus, 2 * minus
 
 
 def _commutant(classes: Classes) -> int:
@@ -164,7 +225,7 @@ def _gain_fiber(classes: Classes) -> int:
     return sum(mu * n for mu, n in mults.items()) + plus + minus
 
 
-def rope_commutant_dim(frequencies: torch.Tensor | list[float], pass_dims: int) -> int:
+def rope_commutant_dim(frequencies: Any, pass_dims: int) -> int:
     """dim of {A : A R(t) = R(t) A for all integer t}: sum over classes 2 mu^2 + nu_+^2 + nu_-^2.
 
     mu planes sharing one frequency form C^mu, whose commutant is GL(mu, C) (2 mu^2 real dims);
@@ -173,7 +234,7 @@ def rope_commutant_dim(frequencies: torch.Tensor | list[float], pass_dims: int) 
     return _commutant(_classes(frequencies, pass_dims, ROTATION_TOL))
 
 
-def orthogonal_commutant_dim(frequencies: torch.Tensor | list[float], pass_dims: int) -> int:
+def orthogonal_commutant_dim(frequencies: Any, pass_dims: int) -> int:
     """dim of the orthogonal matrices commuting with RoPE: sum mu^2 + nu_+(nu_+-1)/2 + nu_-(nu_- -1)/2.
 
     A class of mu planes with one frequency is C^mu: orthogonal and complex-linear is U(mu).
@@ -181,7 +242,7 @@ def orthogonal_commutant_dim(frequencies: torch.Tensor | list[float], pass_dims:
     return _orthogonal_commutant(_classes(frequencies, pass_dims, ROTATION_TOL))
 
 
-def gain_fiber(frequencies: torch.Tensor | list[float], pass_dims: int) -> int:
+def gain_fiber(frequencies: Any, pass_dims: int) -> int:
     """Unidentified dims of the shared gains (g_Q, g_K): the layer sees g_Q(i) g_K(j) R(t)_ij.
 
     Each dimension not mixed by any rotation (pass-through, or a plane with theta = 0 or pi mod
@@ -191,7 +252,7 @@ def gain_fiber(frequencies: torch.Tensor | list[float], pass_dims: int) -> int:
     return _gain_fiber(_classes(frequencies, pass_dims, ROTATION_TOL))
 
 
-def layer_classes(config: AttentionConfig, frequencies: torch.Tensor | list[float] | None = None) -> Classes:
+def layer_classes(config: AttentionConfig, frequencies: Any | None = None) -> Classes:
     """The rotation classes of the layer's RoPE (standard frequencies in closed form).
 
     Explicit ``frequencies`` must hold one angle per rotation plane (rotary_dim / 2).
@@ -210,7 +271,7 @@ def layer_classes(config: AttentionConfig, frequencies: torch.Tensor | list[floa
         if r // 2 > MAX_TABULATED_PLANES:
             raise ConfigError(f"rope_base={config.rope_base:g} < 1 with {r // 2} rotation planes: "
                               f"at most {MAX_TABULATED_PLANES} are counted")
-        return _classes(rope_frequencies(config), k - r, ROTATION_TOL)
+        return _classes(standard_frequencies(config), k - r, ROTATION_TOL)
     mults, plus, minus = _standard_classes(r // 2, config.rope_base)
     return mults, plus + k - r, minus
 

@@ -38,7 +38,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import torch
+from .lazy import torch
 
 from . import blockrank, fastrank
 from .arguments import (DEVICE, FREQUENCIES, LAYER, OPTIONAL_PARAMS, OPTIONAL_SIZE, SEED,

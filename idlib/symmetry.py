@@ -32,9 +32,9 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-import torch
+from .lazy import torch
 
-from .attention import DTYPE, Params, apply_rope, flatten, param_shapes, rope_frequencies
+from .attention import Params, apply_rope, flatten, param_shapes, rope_frequencies
 from . import variants
 from .arguments import (FREQUENCIES, HEAD_PERMUTATION, LAYER, PARAMS, SEED, TOLERANCE, accepts,
                         real)
@@ -82,8 +82,8 @@ def rotation_matrix(config: AttentionConfig, offset: float = 1.0,
     k = config.head_dim
     freqs = rope_frequencies(config) if frequencies is None else frequencies
     if not config.rotary_dim:
-        return torch.eye(k, dtype=DTYPE)
-    return apply_rope(torch.eye(k, dtype=DTYPE), freqs, torch.full((k,), offset, dtype=DTYPE))
+        return torch.eye(k, dtype=torch.float64)
+    return apply_rope(torch.eye(k, dtype=torch.float64), freqs, torch.full((k,), offset, dtype=torch.float64))
 
 
 def commutant_basis(R: torch.Tensor) -> torch.Tensor:
@@ -164,13 +164,13 @@ def gain_exchange_basis(R: torch.Tensor) -> torch.Tensor:
                 if link[i, j]:
                     label[i] = label[j] = min(label[i], label[j])
     roots = sorted(set(label))
-    return torch.tensor([[1.0 if label[i] == r_ else 0.0 for r_ in roots] for i in range(k)], dtype=DTYPE)
+    return torch.tensor([[1.0 if label[i] == r_ else 0.0 for r_ in roots] for i in range(k)], dtype=torch.float64)
 
 
 def _centering_projector(config: AttentionConfig) -> torch.Tensor:
     d = config.d_model
-    eye = torch.eye(d, dtype=DTYPE)
-    return eye - torch.full((d, d), 1.0 / d, dtype=DTYPE) if config.input_centered else eye
+    eye = torch.eye(d, dtype=torch.float64)
+    return eye - torch.full((d, d), 1.0 / d, dtype=torch.float64) if config.input_centered else eye
 
 
 @accepts(config=LAYER, params=PARAMS, frequencies=FREQUENCIES)
@@ -203,8 +203,8 @@ def _rotation_chart(config: AttentionConfig, frequencies: torch.Tensor | None) -
         coef = null_space(sym)                        # combinations with E + E^T = 0
         qk_basis = torch.einsum("cn,cij->nij", coef, qk_basis)
     elif norm:                                        # gains: no rotation survives
-        qk_basis = torch.zeros(0, k, k, dtype=DTYPE)
-    k_fixed = null_space(R.T - torch.eye(k, dtype=DTYPE))
+        qk_basis = torch.zeros(0, k, k, dtype=torch.float64)
+    k_fixed = null_space(R.T - torch.eye(k, dtype=torch.float64))
     a = d + 1 if config.has_bias("q") else d
     gain_basis = gain_exchange_basis(R) if norm.get("shared_gains") else None
     sizes = {"qk": RG * qk_basis.shape[0], "vo": RG * v * v,
@@ -283,7 +283,7 @@ def act(config: AttentionConfig, params: Params, coords: torch.Tensor, ch: Chart
         p["g_Q"] = (p["g_Q"].reshape(-1, k) * s[runs].exp()).reshape(p["g_Q"].shape)
         p["g_K"] = (p["g_K"].reshape(-1, k) * (-s).exp()).reshape(p["g_K"].shape)
     if ch.sizes["ones"]:                             # components along the all-ones direction
-        u = torch.full((d,), d ** -0.5, dtype=DTYPE)
+        u = torch.full((d,), d ** -0.5, dtype=torch.float64)
         z = blocks["ones"]
         zq, zk, zv = z[:LH * k].reshape(LH, k), z[LH * k:(LH + RG) * k].reshape(RG, k), \
             z[(LH + RG) * k:].reshape(RG, v)
@@ -309,7 +309,7 @@ def random_group_element(config: AttentionConfig, params: Params, seed: int = 0,
     for name, size in ch.sizes.items():
         width = {"qk": config.head_dim, "vo": config.value_dim, "qk_scale": 1,
                  "gain": 1}.get(name, config.d_model)
-        parts.append(scale / width ** 0.5 * torch.randn(size, generator=gen, dtype=DTYPE))
+        parts.append(scale / width ** 0.5 * torch.randn(size, generator=gen, dtype=torch.float64))
     return act(config, params, torch.cat(parts), ch)
 
 
@@ -387,9 +387,9 @@ def orbit_generators(config: AttentionConfig, params: Params,
     ch = chart(config, params, frequencies)
     n = n_coordinates(ch)
     if gl_only(ch):
-        xi = gl_tangent(config, params, *gl_blocks(config, torch.eye(n, dtype=DTYPE), ch))
+        xi = gl_tangent(config, params, *gl_blocks(config, torch.eye(n, dtype=torch.float64), ch))
         return torch.cat([t.reshape(n, -1) for t in xi.values()], dim=1).T
-    zero = torch.zeros(n, dtype=DTYPE)
+    zero = torch.zeros(n, dtype=torch.float64)
     return torch.func.jacfwd(lambda c: flatten(act(config, params, c, ch)))(zero)
 
 
@@ -442,7 +442,7 @@ def whole_norm_action(config: AttentionConfig, params: dict[str, torch.Tensor], 
     g_Q of its heads times e^s and g_K times e^-s with s constant on each rotation plane, and
     GL(v) per group on V/O (W_V B, b_V B, B^{-1} W_O)."""
     gen = torch.Generator().manual_seed(seed)
-    rnd = lambda *shape: scale * torch.randn(*shape, generator=gen, dtype=DTYPE)  # noqa: E731
+    rnd = lambda *shape: scale * torch.randn(*shape, generator=gen, dtype=torch.float64)  # noqa: E731
     H, G, k, v, m, r = (config.n_heads, config.n_kv_heads, config.head_dim, config.value_dim,
                         config.group_size, config.rotary_dim)
     p = dict(params)
@@ -456,7 +456,7 @@ def whole_norm_action(config: AttentionConfig, params: dict[str, torch.Tensor], 
     s = torch.cat([half, half, rnd(G, k - r)], dim=1)  # and one per pass-through dim
     p["g_Q"] = p["g_Q"] * s.repeat_interleave(m, dim=0).exp()
     p["g_K"] = p["g_K"] * (-s).exp()
-    B = torch.eye(v, dtype=DTYPE) + rnd(G, v, v) / v ** 0.5
+    B = torch.eye(v, dtype=torch.float64) + rnd(G, v, v) / v ** 0.5
     Bh = B.repeat_interleave(m, dim=0)
     p["W_V"] = p["W_V"] @ B
     p["W_O"] = torch.linalg.solve(Bh, p["W_O"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import torch
+from .lazy import torch
 
 from .arguments import FREQUENCIES, LAYER, SEED, accepts, integer
 from .config import AttentionConfig

@@ -243,10 +243,14 @@ def test_determinism_merges_stream_chunks_as_nbval_does(tmp_path, capsys):
 
 def test_a_rope_base_below_one_on_a_huge_head_counts_in_seconds():
     """Angles above 1 wrap: 2**22 planes are tabulated and grouped (formerly a Python loop over
-    every plane: 44 CPU s). The count is the one that loop gave."""
+    every plane: 44 CPU s). The angles reach 1e6, where one unit in the last place is 1.2e-10
+    rad, so which of the ~5,000 pairs closer than the tolerance fall inside it depends on how
+    pow rounds: the count is the one the C library's pow gives, as torch's scalar kernels do
+    (tests/test_fibers_without_torch.py); torch's AVX2 kernels, which counted until idlib
+    counted without torch, round differently and put one more pair in a class (...732)."""
     start = time.process_time()
     c = count(AttentionConfig(d_model=1 << 23, n_heads=1, rope_fraction=1.0, rope_base=1e-6))
-    assert c.unidentified == 70368752588732
+    assert c.unidentified == 70368752588728
     assert time.process_time() - start < 15
     # the split of near-equal angles: planes 0.1, 0.1 + 0.6 d, 0.1 + 1.2 d, ... chain within DELTA
     # of their neighbours; classes are cut at DELTA from the head of each, the largest angle first

@@ -1,6 +1,6 @@
 """The package's layers, read from the source (ast): who may import whom.
 
-    core     idlib (the package), fields, fibers, variants (a package: one module per row),
+    core     idlib (the package), lazy, fields, fibers, variants (a package: one module per row),
              config, hf, attention, counting, certify, verdict, rank, fastrank, blockrank, symmetry,
              conservation, implementations (a package)
     report   idlib.report.*   (tables, plotting, parameters): may import the core
@@ -11,6 +11,13 @@ A module imports only its own layer and the layers below it; no import circle am
 modules (lazy imports count: a circle hidden inside a function is still a circle); imports of
 idlib modules only at module level; inside functions only the optional dependencies; every
 third-party package imported at module level is a dependency in pyproject.toml.
+
+torch is the one exception to "import at module level", documented in idlib.lazy: no idlib
+module imports it itself, each takes the stand-in ``from .lazy import torch``, which imports
+torch on its first use, so that a count, the census and every refusal never pay the 1.5 s of
+``import torch`` (tests/test_startup.py measures it).  The stand-in is an ordinary module-level
+import of idlib.lazy here; torch itself is imported by idlib.lazy through importlib, not by an
+import statement.
 """
 from __future__ import annotations
 
@@ -24,7 +31,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "idlib"
 
-CORE = {"fields", "fibers", "variants", "config", "arguments", "model", "hf", "attention", "counting", "certify",
+CORE = {"lazy", "fields", "fibers", "variants", "config", "arguments", "model", "hf", "attention", "counting", "certify",
         "verdict", "rank", "fastrank", "blockrank", "symmetry", "conservation", "implementations"}
 RANK = {"core": 0, "report": 1, "studies": 2, "cli": 3}
 # imported only inside the functions that need them (the `[hf]` extra of pyproject.toml)
@@ -184,6 +191,19 @@ def test_inside_functions_only_the_optional_dependencies_are_imported():
     lazy = sorted(f"{m}:{line} imports {name}" for m in MODULES for name, line, top in imports(m)
                   if not top and _third_party(name) not in (None, *OPTIONAL))
     assert lazy == []
+
+
+def test_torch_is_imported_by_no_module_itself():
+    """Every module takes torch from idlib.lazy (module docstring); `import torch` anywhere in
+    idlib, at module level or inside a function, would bring the 1.5 s back to every command."""
+    direct = sorted(f"{m}:{line} imports {name}" for m in MODULES for name, line, _ in imports(m)
+                    if name.split(".")[0] == "torch")
+    assert direct == []
+    users = {m for m in MODULES if any(isinstance(n, ast.Name) and n.id == "torch"
+                                       for n in ast.walk(ast.parse(MODULES[m].read_text())))}
+    takers = {m for m in MODULES for name, _, top in imports(m) if name == "idlib.lazy.torch" or
+              (name == "idlib.lazy" and top)}
+    assert "idlib.attention" in users and users - {"idlib.lazy"} <= takers
 
 
 def _requirement_name(spec: str) -> str:

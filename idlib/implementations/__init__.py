@@ -17,10 +17,17 @@ from .layout import (Layout, from_params, latent_action, layout, symmetry_check,
                      to_params)
 from .measure import (ModuleMeasurement, check, check_family_of, check_model_of, inputs,  # noqa: F401
                       jacobian, measure, small_model_layer)
-from .modules import (ATTENTION, DTYPE, FAMILIES_2026, FLOAT32_INSIDE, FLOAT64_EVERYWHERE,  # noqa: F401
+from .modules import (ATTENTION, FAMILIES_2026, FLOAT32_INSIDE, FLOAT64_EVERYWHERE,  # noqa: F401
                       FLOAT64_PATCHES, HEAD_DIM_FIXED, SMALL_LATENT, SPECS, Built,
-                      LayerNorm64, RMSNorm64, Spec, _complex128_rotation, _forward, _mask, _transformers,
+                      Spec, _complex128_rotation, _forward, _mask, _transformers,
                       alibi_slopes,
-                      build, eager64, forward, hf_config, mpt_alibi, parameters, patches,
+                      build, eager64, module_classes, forward, hf_config, mpt_alibi, parameters, patches,
                       position_embeddings, randomize, small_latent_layer, small_layer)
 from ..symmetry import whole_norm_action  # noqa: F401 (chapter 9 names it here)
+
+
+def __getattr__(name: str):
+    """RMSNorm64 and LayerNorm64, torch.nn.Module classes defined on first use (``.modules``)."""
+    if name in ("RMSNorm64", "LayerNorm64"):
+        return getattr(module_classes(), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

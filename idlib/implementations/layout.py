@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import torch
+from ..lazy import torch
 
 from .. import symmetry, variants
 from ..attention import param_shapes
 from ..config import AttentionConfig, ConfigError, LatentAttentionConfig
 from .measure import inputs
-from .modules import DTYPE, Built, forward, parameters
+from .modules import Built, forward, parameters
 
 # -- the group action of chapters 1-5 on the real module's weights ---------------------------
 
@@ -213,8 +213,8 @@ def latent_action(built: Built, seed: int = 0, scale: float = 0.5) -> dict[str, 
     RoPE query rows."""
     c = built.config
     gen = torch.Generator().manual_seed(seed)
-    rnd = lambda *shape: scale * torch.randn(*shape, generator=gen, dtype=DTYPE)  # noqa: E731
-    near_one = lambda m: torch.eye(m, dtype=DTYPE) + rnd(m, m) / m ** 0.5  # noqa: E731
+    rnd = lambda *shape: scale * torch.randn(*shape, generator=gen, dtype=torch.float64)  # noqa: E731
+    near_one = lambda m: torch.eye(m, dtype=torch.float64) + rnd(m, m) / m ** 0.5  # noqa: E731
     p = {k: v.clone() for k, v in parameters(built).items()}
     H, C, n, r, v = c.n_heads, c.kv_latent, c.nope_dim, c.rope_dim, c.value_dim
     q_w = "q_proj.weight" if c.q_latent is None else "q_b_proj.weight"

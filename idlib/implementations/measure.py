@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import torch
+from ..lazy import torch
 
 from ..attention import n_params, random_inputs
 from ..certify import is_certified, rank_from_singular_values
@@ -24,7 +24,7 @@ from ..hf import Family, attention_fields_from_hf, family_of, model_from_hf
 from ..model import LayerType, Model
 from ..rank import default_n_sequences, default_seq_len, sequence_jacobian
 from ..verdict import Check, check as verdict_check
-from .modules import (FLOAT32_INSIDE, SPECS, Built, _BertWrap, _mask, build, forward,
+from .modules import (FLOAT32_INSIDE, SPECS, Built, _mask, build, forward, module_classes,
                       parameters, small_latent_layer, small_layer)
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def jacobian(built: Built, X: torch.Tensor, float64: bool = True) -> torch.Tenso
     shapes = [params[k].shape for k in names]
     sizes = [params[k].numel() for k in names]
     theta = torch.cat([params[k].reshape(-1) for k in names])
-    target = _BertWrap(built.module) if built.family == "bert" else built.module
+    target = module_classes().BertWrap(built.module) if built.family == "bert" else built.module
 
     def f(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         ps = {k: c.reshape(s) for k, c, s in zip(names, t.split(sizes), shapes)}

@@ -34,13 +34,12 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-import torch
+from ..lazy import torch
 
 from ..config import AttentionConfig, ConfigError, LatentAttentionConfig
 from ..counting import check_derived
 from ..hf import model_from_hf
 
-DTYPE = torch.float64
 
 
 @dataclass(frozen=True)
@@ -345,7 +344,7 @@ def randomize(module: torch.nn.Module, seed: int = 0) -> None:
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in module.named_parameters():
-            z = torch.randn(p.shape, generator=gen, dtype=DTYPE)
+            z = torch.randn(p.shape, generator=gen, dtype=torch.float64)
             if p.ndim >= 2 and not name.endswith("norm.weight"):
                 p.copy_(z / math.sqrt(p.shape[-1]))
             elif name.endswith("weight"):            # a norm's gain (Cohere's: one per head, 2-D)
@@ -382,18 +381,18 @@ def build(family: str, seed: int = 0, norm_eps: float = 0.0, layer_idx: int | No
     if kind.config is None:
         raise ConfigError(f"{family}: layer {layer_idx} is not counted ({kind.reason})")
     module, rotary = _module(family, cfg, layer_idx)
-    module = module.to(DTYPE).eval()
+    module = module.to(torch.float64).eval()
     if rotary is not None:
-        rotary = rotary.to(DTYPE)
+        rotary = rotary.to(torch.float64)
     randomize(module, seed)
     own = _norms_in_float64(module, norm_eps)
     return Built(family, cfg, module, kind.config, rotary, layer_idx, own)
 
 
 def _mask(n: int, causal: bool) -> torch.Tensor:
-    m = torch.zeros(1, 1, n, n, dtype=DTYPE)
+    m = torch.zeros(1, 1, n, n, dtype=torch.float64)
     if causal:
-        m = m.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), torch.finfo(DTYPE).min)
+        m = m.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), torch.finfo(torch.float64).min)
     return m
 
 
@@ -412,7 +411,7 @@ def forward(built: Built, X: torch.Tensor, params: dict[str, torch.Tensor] | Non
         def call(x: torch.Tensor) -> torch.Tensor:
             ctx = module.self(x, attention_mask=mask)[0]
             return module.output.dense(ctx)
-        target = _BertWrap(module)
+        target = module_classes().BertWrap(module)
         with (contextlib.nullcontext() if float64 else _own_path(built)):
             if params is None:
                 return call(X)
@@ -444,7 +443,7 @@ def _forward(built: Built, X: torch.Tensor, params: dict[str, torch.Tensor] | No
             kw["position_embeddings"] = built.rotary(X, pos) if layer_type is None else \
                 built.rotary(X, pos, layer_type)
     if built.family == "t5":      # a layer without the relative table (not counted): zero bias
-        kw["position_bias"] = torch.zeros(1, built.config.n_heads, n, n, dtype=DTYPE)
+        kw["position_bias"] = torch.zeros(1, built.config.n_heads, n, n, dtype=torch.float64)
     if built.family in _INPUTS:
         kw.update(_INPUTS[built.family](built, X, mask, float64))
     out = module(**kw) if params is None else torch.func.functional_call(module, params, (), kw)
@@ -466,7 +465,7 @@ def position_embeddings(rotary: torch.nn.Module, X: torch.Tensor, pos: torch.Ten
     """
     pre = "" if layer_type is None else f"{layer_type}_"
     own = rotary(X, pos) if layer_type is None else rotary(X, pos, layer_type)
-    freqs = pos[..., None].to(DTYPE) * getattr(rotary, pre + "inv_freq").to(DTYPE)
+    freqs = pos[..., None].to(torch.float64) * getattr(rotary, pre + "inv_freq").to(torch.float64)
     scale = float(getattr(rotary, pre + "attention_scaling", 1.0))
     if torch.is_tensor(own) and own.is_complex():            # DeepSeek V2, Llama 4: e^{i t theta}
         exact = torch.polar(torch.full_like(freqs, scale), freqs)
@@ -475,48 +474,78 @@ def position_embeddings(rotary: torch.nn.Module, X: torch.Tensor, pos: torch.Ten
         return exact
     cos32, sin32 = own
     for emb in (freqs, torch.cat([freqs, freqs], dim=-1), torch.repeat_interleave(freqs, 2, dim=-1)):
-        if emb.shape == cos32.shape and torch.allclose(emb.cos() * scale, cos32.to(DTYPE), atol=1e-5) \
-                and torch.allclose(emb.sin() * scale, sin32.to(DTYPE), atol=1e-5):
-            return (emb.cos() * scale).to(DTYPE), (emb.sin() * scale).to(DTYPE)
+        if emb.shape == cos32.shape and torch.allclose(emb.cos() * scale, cos32.to(torch.float64), atol=1e-5) \
+                and torch.allclose(emb.sin() * scale, sin32.to(torch.float64), atol=1e-5):
+            return (emb.cos() * scale).to(torch.float64), (emb.sin() * scale).to(torch.float64)
     raise ConfigError(f"{type(rotary).__name__}: unknown rotary layout")
 
 
-class RMSNorm64(torch.nn.Module):
-    """A family's RMSNorm re-evaluated in float64: gain * y / sqrt(mean(y^2) + eps), the gain
-    being ``weight``, ``1 + weight`` (Gemma, Qwen3-Next) or none (Llama 4's L2 norm), as the
-    module's own forward computes it (checked on a random input to float32 round-off when it is
-    built).  Their forward casts to float32."""
+# -- torch.nn.Module classes -------------------------------------------------------------------
+# A class's base must exist when the class is defined, and torch is imported on first use only
+# (idlib.lazy): the classes are defined on first use too, once; RMSNorm64 and LayerNorm64 are
+# still read as this module's attributes (PEP 562 __getattr__ below).
 
-    def __init__(self, norm: torch.nn.Module, one_plus: bool) -> None:
-        super().__init__()
-        weight = getattr(norm, "weight", None)
-        if weight is not None:
-            self.weight = weight
-        self.eps = float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 0.0)))
-        self.one_plus = one_plus
+@functools.cache
+def module_classes() -> types.SimpleNamespace:
+    """RMSNorm64, LayerNorm64 and BertWrap (defined on the first call, the same classes after)."""
+    class RMSNorm64(torch.nn.Module):
+        """A family's RMSNorm re-evaluated in float64: gain * y / sqrt(mean(y^2) + eps), the
+        gain being ``weight``, ``1 + weight`` (Gemma, Qwen3-Next) or none (Llama 4's L2 norm),
+        as the module's own forward computes it (checked on a random input to float32 round-off
+        when it is built).  Their forward casts to float32."""
 
-    def forward(self, y: torch.Tensor) -> torch.Tensor:
-        out = y / torch.sqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
-        if not hasattr(self, "weight"):
-            return out
-        return (1.0 + self.weight if self.one_plus else self.weight) * out
+        def __init__(self, norm: torch.nn.Module, one_plus: bool) -> None:
+            super().__init__()
+            weight = getattr(norm, "weight", None)
+            if weight is not None:
+                self.weight = weight
+            self.eps = float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 0.0)))
+            self.one_plus = one_plus
+
+        def forward(self, y: torch.Tensor) -> torch.Tensor:
+            out = y / torch.sqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+            if not hasattr(self, "weight"):
+                return out
+            return (1.0 + self.weight if self.one_plus else self.weight) * out
+
+    class LayerNorm64(torch.nn.Module):
+        """A family's LayerNorm (mean subtracted, gain ``weight`` of any shape ending in the
+        normalised width, optional ``bias``) re-evaluated in float64: Cohere's QK-norm casts to
+        float32."""
+
+        def __init__(self, norm: torch.nn.Module) -> None:
+            super().__init__()
+            self.weight = norm.weight
+            if getattr(norm, "bias", None) is not None:
+                self.bias = norm.bias
+            self.eps = float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 0.0)))
+
+        def forward(self, y: torch.Tensor) -> torch.Tensor:
+            c = y - y.mean(-1, keepdim=True)
+            out = self.weight * c / torch.sqrt(c.pow(2).mean(-1, keepdim=True) + self.eps)
+            return out + self.bias if hasattr(self, "bias") else out
+
+    class BertWrap(torch.nn.Module):
+        """BERT's self-attention and its output projection (the block's LayerNorm left out)."""
+
+        def __init__(self, attention: torch.nn.Module) -> None:
+            super().__init__()
+            self.self_attn = attention.self
+            self.dense = attention.output.dense
+
+        def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            return self.dense(self.self_attn(x, attention_mask=mask)[0])
+
+    for cls in (RMSNorm64, LayerNorm64, BertWrap):
+        cls.__qualname__ = cls.__name__
+    return types.SimpleNamespace(RMSNorm64=RMSNorm64, LayerNorm64=LayerNorm64, BertWrap=BertWrap)
 
 
-class LayerNorm64(torch.nn.Module):
-    """A family's LayerNorm (mean subtracted, gain ``weight`` of any shape ending in the normalised
-    width, optional ``bias``) re-evaluated in float64: Cohere's QK-norm casts to float32."""
-
-    def __init__(self, norm: torch.nn.Module) -> None:
-        super().__init__()
-        self.weight = norm.weight
-        if getattr(norm, "bias", None) is not None:
-            self.bias = norm.bias
-        self.eps = float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 0.0)))
-
-    def forward(self, y: torch.Tensor) -> torch.Tensor:
-        c = y - y.mean(-1, keepdim=True)
-        out = self.weight * c / torch.sqrt(c.pow(2).mean(-1, keepdim=True) + self.eps)
-        return out + self.bias if hasattr(self, "bias") else out
+def __getattr__(name: str) -> Any:
+    """PEP 562: RMSNorm64 and LayerNorm64, the classes of :func:`module_classes`."""
+    if name in ("RMSNorm64", "LayerNorm64"):
+        return getattr(module_classes(), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _norms_in_float64(module: torch.nn.Module, eps: float = 0.0) -> dict[str, torch.nn.Module]:
@@ -529,14 +558,14 @@ def _norms_in_float64(module: torch.nn.Module, eps: float = 0.0) -> dict[str, to
     for name, child in list(module.named_children()):
         kind = type(child).__name__
         if kind.endswith(("RMSNorm", "L2Norm")):
-            forms = [RMSNorm64(child, one_plus) for one_plus in (False, True)]
+            forms = [module_classes().RMSNorm64(child, one_plus) for one_plus in (False, True)]
         elif kind.endswith("LayerNorm") and not isinstance(child, torch.nn.LayerNorm):
-            forms = [LayerNorm64(child)]
+            forms = [module_classes().LayerNorm64(child)]
         else:
             continue
         weight = getattr(child, "weight", None)
         shape = (3, 8) if weight is None else (3, *weight.shape)
-        y = torch.randn(*shape, dtype=DTYPE, generator=torch.Generator().manual_seed(1))
+        y = torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
         with torch.no_grad():
             theirs = child(y)
             for new in forms:
@@ -553,22 +582,10 @@ def _norms_in_float64(module: torch.nn.Module, eps: float = 0.0) -> dict[str, to
     return own
 
 
-class _BertWrap(torch.nn.Module):
-    """BERT's self-attention and its output projection (the block's LayerNorm left out)."""
-
-    def __init__(self, attention: torch.nn.Module) -> None:
-        super().__init__()
-        self.self_attn = attention.self
-        self.dense = attention.output.dense
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.dense(self.self_attn(x, attention_mask=mask)[0])
-
-
 def parameters(built: Built) -> dict[str, torch.Tensor]:
     """The parameters the layer function depends on, by the module's own names."""
     if built.family == "bert":
-        return {k: v.detach() for k, v in _BertWrap(built.module).named_parameters()}
+        return {k: v.detach() for k, v in module_classes().BertWrap(built.module).named_parameters()}
     return {k: v.detach() for k, v in built.module.named_parameters()}
 
 
@@ -672,8 +689,8 @@ def _sincos64(module: torch.nn.Module) -> torch.Tensor:
     """GPT-J's / CodeGen's create_sinusoidal_positions (sin | cos of position times
     10000^(-2i/dim)) in float64, for the module's table size."""
     dim = module.pos_embd_dim
-    inv = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=DTYPE) / dim))
-    angle = torch.arange(module.embed_positions.shape[0], dtype=DTYPE)[:, None] * inv
+    inv = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    angle = torch.arange(module.embed_positions.shape[0], dtype=torch.float64)[:, None] * inv
     return torch.cat([angle.sin(), angle.cos()], dim=1)
 
 
@@ -731,17 +748,17 @@ def alibi_slopes(H: int) -> torch.Tensor:
     if c != H:
         extra = 2.0 ** (-(2.0 ** -(math.log2(2 * c) - 3)))
         slopes += [extra ** p for p in range(1, 1 + 2 * min(c, H - c), 2)]
-    return torch.tensor(slopes, dtype=DTYPE)
+    return torch.tensor(slopes, dtype=torch.float64)
 
 
 def mpt_alibi(H: int, length: int, alibi_bias_max: float = 8.0) -> torch.Tensor:
     """MPT's build_mpt_alibi_tensor(H, length) in float64: (H, 1, length), slope times
     (key position - (length - 1))."""
     P2 = 2 ** math.ceil(math.log2(H))
-    slopes = 1.0 / torch.pow(2.0, torch.arange(1, P2 + 1, dtype=DTYPE) * (alibi_bias_max / P2))
+    slopes = 1.0 / torch.pow(2.0, torch.arange(1, P2 + 1, dtype=torch.float64) * (alibi_bias_max / P2))
     if P2 != H:
         slopes = torch.cat([slopes[1::2], slopes[::2]])[:H]
-    return slopes[:, None, None] * torch.arange(1 - length, 1, dtype=DTYPE)[None, None, :]
+    return slopes[:, None, None] * torch.arange(1 - length, 1, dtype=torch.float64)[None, None, :]
 
 
 def _bloom_inputs(built: Built, X: torch.Tensor, mask: torch.Tensor, float64: bool) -> dict[str, Any]:
@@ -749,8 +766,8 @@ def _bloom_inputs(built: Built, X: torch.Tensor, mask: torch.Tensor, float64: bo
     (the module adds it to its output)."""
     B, n, H = X.shape[0], X.shape[1], built.config.n_heads
     slopes = alibi_slopes(H) if float64 else \
-        _modeling("bloom")._get_alibi_slopes(H, X.device).to(DTYPE)
-    alibi = slopes[:, None, None] * torch.arange(n, dtype=DTYPE)
+        _modeling("bloom")._get_alibi_slopes(H, X.device).to(torch.float64)
+    alibi = slopes[:, None, None] * torch.arange(n, dtype=torch.float64)
     return {"alibi": alibi.repeat(B, 1, 1), "residual": torch.zeros_like(X)}
 
 
@@ -770,11 +787,11 @@ def _falcon_inputs(built: Built, X: torch.Tensor, mask: torch.Tensor, float64: b
         return {}
     B, n, H = X.shape[0], X.shape[1], built.config.n_heads
     if float64:
-        alibi = (alibi_slopes(H)[:, None, None] * torch.arange(n, dtype=DTYPE)).repeat(B, 1, 1)
+        alibi = (alibi_slopes(H)[:, None, None] * torch.arange(n, dtype=torch.float64)).repeat(B, 1, 1)
     else:
-        alibi = _modeling("falcon").build_alibi_tensor(torch.ones(B, n, dtype=torch.long), H, DTYPE)
+        alibi = _modeling("falcon").build_alibi_tensor(torch.ones(B, n, dtype=torch.long), H, torch.float64)
     folded = torch.masked_fill(alibi.reshape(B, H, 1, n) / math.sqrt(built.config.head_dim), mask < -1,
-                               torch.finfo(DTYPE).min)
+                               torch.finfo(torch.float64).min)
     return {"alibi": alibi, "attention_mask": folded}
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import textwrap
 
-import torch
+from ..lazy import torch
 
 from .parameters import Rule
 

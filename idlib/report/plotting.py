@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
-import torch
+from ..lazy import torch
 
 COLORS = {
     "closed_form": "#1f4e79",   # closed-form counts and curves

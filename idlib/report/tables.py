@@ -16,7 +16,7 @@ import math
 from fractions import Fraction
 from typing import Any, Callable, Iterable, Sequence
 
-import torch
+from ..lazy import torch
 
 from ..certify import CERTIFY_GAP, CERTIFY_GAP_TEXT, GAP_SHOWN, format_gap  # noqa: F401 (re-exported)
 from .. import variants

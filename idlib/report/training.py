@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-import torch
+from ..lazy import torch
 
 from .plotting import COLORS
 from .tables import captioned, markdown_table

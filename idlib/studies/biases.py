@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Any, Iterable, Sequence
 
-import torch
+from ..lazy import torch
 
 from ..attention import rope_frequencies
 from ..config import AttentionConfig, ConfigError

@@ -23,9 +23,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-import torch
+from ..lazy import torch
 
-from ..attention import DTYPE, Params, forward
+from ..attention import Params, forward
 from ..verdict import Check, measure_and_check
 from ..config import AttentionConfig
 from ..counting import rotation_classes
@@ -36,7 +36,7 @@ from ..symmetry import commutant_basis, linear_action
 def random_gl(k: int, seed: int, scale: float = 0.5) -> torch.Tensor:
     """A generic invertible k x k matrix near the identity: I + scale * N(0, 1) / sqrt(k)."""
     gen = torch.Generator().manual_seed(seed)
-    return torch.eye(k, dtype=DTYPE) + scale * torch.randn(k, k, generator=gen, dtype=DTYPE) / math.sqrt(k)
+    return torch.eye(k, dtype=torch.float64) + scale * torch.randn(k, k, generator=gen, dtype=torch.float64) / math.sqrt(k)
 
 
 def random_commutant(R: torch.Tensor, seed: int, scale: float = 0.5) -> torch.Tensor:
@@ -51,7 +51,7 @@ def random_commutant(R: torch.Tensor, seed: int, scale: float = 0.5) -> torch.Te
     k = R.shape[0]
     basis = commutant_basis(R).reshape(-1, k * k)             # orthonormal rows
     gen = torch.Generator().manual_seed(seed)
-    G = torch.randn(k * k, generator=gen, dtype=DTYPE)
+    G = torch.randn(k * k, generator=gen, dtype=torch.float64)
     E = (basis.T @ (basis @ G)).reshape(k, k)
     return torch.linalg.matrix_exp(scale * E / math.sqrt(k))
 
@@ -123,7 +123,7 @@ def frequency_cases(omega: torch.Tensor) -> dict[str, torch.Tensor]:
     all (every frequency omega_1), reflected (omega_2 = 2 pi - omega_1), shifted
     (omega_2 = omega_1 + 2 pi), zero (omega_2 = 0) and pi (omega_2 = pi).
     """
-    omega = torch.as_tensor(omega, dtype=DTYPE)
+    omega = torch.as_tensor(omega, dtype=torch.float64)
     if omega.ndim != 1 or len(omega) < 3:
         raise ValueError(f"frequency_cases: omega must list at least 3 frequencies, got "
                          f"shape {tuple(omega.shape)}")

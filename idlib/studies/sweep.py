@@ -15,7 +15,7 @@ from collections import Counter
 from contextlib import contextmanager
 from typing import Any, Iterable
 
-import torch
+from ..lazy import torch
 
 from ..attention import n_params
 from ..verdict import measure_and_check

@@ -22,10 +22,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
-import torch
+from ..lazy import torch
 from tqdm import tqdm
 
-from ..attention import DTYPE, Params, flatten, forward, init_params, random_inputs
+from ..attention import Params, flatten, forward, init_params, random_inputs
 from ..config import AttentionConfig
 from ..conservation import (balance, check_supported, conserved, drift, overlap,
                             project_step)
@@ -91,7 +91,7 @@ def teacher_student(config: AttentionConfig, seq_len: int = 6, teacher_seed: int
     teacher = init_params(config, teacher_seed)
 
     def sample(gen: torch.Generator, batch_size: int) -> tuple:
-        X = torch.randn(batch_size, seq_len, config.d_model, generator=gen, dtype=DTYPE)
+        X = torch.randn(batch_size, seq_len, config.d_model, generator=gen, dtype=torch.float64)
         return X, forward(config, teacher, X)
 
     def loss(params: Params, batch: tuple) -> torch.Tensor:
@@ -115,7 +115,7 @@ def associative_recall(config: AttentionConfig, n_keys: int = 8, n_pairs: int = 
     if 2 * n_keys > d:
         raise ValueError(f"n_keys={n_keys} must be at most d_model / 2 = {d // 2}")
     gen0 = torch.Generator().manual_seed(embed_seed)
-    Q, _ = torch.linalg.qr(torch.randn(d, d, generator=gen0, dtype=DTYPE))
+    Q, _ = torch.linalg.qr(torch.randn(d, d, generator=gen0, dtype=torch.float64))
     e_key, e_val = math.sqrt(d) * Q[:n_keys], math.sqrt(d) * Q[n_keys:2 * n_keys]
 
     def sample(gen: torch.Generator, batch_size: int) -> tuple:
@@ -286,5 +286,5 @@ def train_runs(task: Task, runs: list[dict], show_progress: bool = False) -> lis
 
 def mean_std(values: list[float]) -> tuple[float, float]:
     """Mean and sample standard deviation (n - 1), as floats."""
-    t = torch.tensor(values, dtype=DTYPE)
+    t = torch.tensor(values, dtype=torch.float64)
     return float(t.mean()), float(t.std()) if len(values) > 1 else 0.0

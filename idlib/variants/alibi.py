@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import math
 
-import torch
+from ..lazy import torch
 
-from ..fibers import DTYPE
 from ..fields import boolean
 from .base import Flow, Variant
 
@@ -31,8 +30,8 @@ def alibi_slopes(n_heads: int) -> list[float]:
 
 def bias_matrix(n_heads: int, n: int) -> torch.Tensor:
     """(H, n, n): -m_h (i - j) at query i, key j."""
-    pos = torch.arange(n, dtype=DTYPE)
-    m = torch.tensor(alibi_slopes(n_heads), dtype=DTYPE)
+    pos = torch.arange(n, dtype=torch.float64)
+    m = torch.tensor(alibi_slopes(n_heads), dtype=torch.float64)
     return m[:, None, None] * (pos[None, :] - pos[:, None])[None]
 
 

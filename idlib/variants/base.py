@@ -24,13 +24,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import torch
+from ..lazy import torch
 
 from ..fibers import Classes
 from ..fields import Check
 
 Config = Any           # an idlib.config.AttentionConfig (this module sits below config)
-Params = dict[str, torch.Tensor]
+Params = dict[str, "torch.Tensor"]
 
 # The forward pass, in order: what each stage does in the plain layer (idlib.variants.heads).
 STAGES = (

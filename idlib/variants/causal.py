@@ -6,7 +6,7 @@ measures shorter causal sequences, which can leave directions unseen).
 """
 from __future__ import annotations
 
-import torch
+from ..lazy import torch
 
 from ..fields import boolean
 from .base import Flow, Variant

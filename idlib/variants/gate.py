@@ -9,7 +9,7 @@ gate's parameters are identified.
 """
 from __future__ import annotations
 
-import torch
+from ..lazy import torch
 
 from ..fields import boolean
 from .base import Flow, Tally, Variant

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-import torch
+from ..lazy import torch
 
 from ..fibers import factor_fiber
 from ..fields import integer, optional_integer

@@ -8,7 +8,7 @@ read b = C (or d_in) dims.
 """
 from __future__ import annotations
 
-import torch
+from ..lazy import torch
 
 from ..fibers import latent_fiber
 from ..fields import ConfigError, boolean, optional_integer

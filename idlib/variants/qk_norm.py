@@ -18,7 +18,7 @@ direction of W_Q, b_Q (W_K, b_K) is unseen too.
 """
 from __future__ import annotations
 
-import torch
+from ..lazy import torch
 
 from ..fibers import _gain_fiber, _orthogonal_commutant
 from ..fields import one_of

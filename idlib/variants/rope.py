@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 
-import torch
+from ..lazy import torch
 
-from ..fibers import DTYPE, _commutant, layer_classes, rope_frequencies
+from ..fibers import _commutant, layer_classes, rope_frequencies
 from ..fields import ConfigError, fraction, positive
 from .base import Flow, Tally, Variant
 
@@ -26,7 +26,7 @@ def apply_rope(x: torch.Tensor, frequencies: torch.Tensor, positions: torch.Tens
     half = frequencies.shape[0]
     if half == 0:
         return x
-    angle = positions.to(device=x.device, dtype=DTYPE)[:, None] * frequencies.to(x.device)[None, :]
+    angle = positions.to(device=x.device, dtype=torch.float64)[:, None] * frequencies.to(x.device)[None, :]
     cos, sin = angle.cos(), angle.sin()
     x1, x2, rest = x[..., :half], x[..., half:2 * half], x[..., 2 * half:]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos, rest], dim=-1)

@@ -9,7 +9,7 @@ query); the sinks themselves are identified; nothing else changes.
 """
 from __future__ import annotations
 
-import torch
+from ..lazy import torch
 
 from ..fields import boolean
 from .base import Flow, Tally, Variant

@@ -5,7 +5,7 @@ identified (its dims fixed by every rotation are no longer unidentified); nothin
 """
 from __future__ import annotations
 
-import torch
+from ..lazy import torch
 
 from ..fields import optional_positive
 from .base import Flow, Tally, Variant
