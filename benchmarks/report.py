@@ -249,7 +249,16 @@ def _verify_block_md(path: Path) -> list[str]:
                      f"{r['memory_gb_max']:g} | {load} | {e['cpu']}, {e['cores']} cores, "
                      f"{e['date']}, `{e['git_commit']}` | "
                      f"{'AGREES' if r['agrees'] else 'DISAGREES'}{'' if r['met'] else ' (target missed)'} |")
-    return lines + [""]
+    lines.append("")
+    if (path.parent / "route_curve.png").exists():
+        lines += ["```{figure} ../benchmarks/results/route_curve.png", ":name: fig-repro-routes",
+                  ":width: 100%", "",
+                  "Every route against the number of parameters $P$ (log-log): wall seconds (left) "
+                  "and peak resident memory (right) of the straightforward Jacobian and SVD, of the "
+                  "structured route (both from {numref}`fig-repro-curve`) and of the block route (the plain "
+                  "layers of the table above, up to GPT-2 small's), with the 30-minute and 16 GB "
+                  "targets dashed.", "```", ""]
+    return lines
 
 
 def _curve_md(b: dict) -> list[str]:

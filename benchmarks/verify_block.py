@@ -9,7 +9,11 @@ or all four biases, and d = 768, H = 12 (GPT-2 small's attention layer) -- one s
 records the wall time, the child's own peak resident memory (``os.wait4``), the route, the measured
 rank against the closed form, the certified gap, the verdict and the machine (with its load
 average before and after: other jobs slow the runs) in benchmarks/results/verify_block.json;
-the reproducibility page shows the table (``benchmarks/report.py``).
+the reproducibility page shows the table (``benchmarks/report.py``) and
+benchmarks/results/route_curve.png: time and peak memory against P for every route -- the
+straightforward Jacobian + SVD and the structured route from rank_speed.json (``rank_speed.py``),
+the block route from the plain layers here (d = 64, 128, 256 and GPT-2 small's 768).
+``--figure`` redraws the figure from the records without running anything.
 """
 from __future__ import annotations
 
@@ -28,13 +32,15 @@ from environment import ROOT, environment  # noqa: E402
 
 # name -> (flags, targets: wall seconds, peak resident GB)
 RUNS = {
+    "d64": (("--d-model", "64", "--heads", "8"), 120.0, 4.0),
+    "d128": (("--d-model", "128", "--heads", "16"), 120.0, 4.0),
     "d256": (("--d-model", "256", "--heads", "16"), 120.0, 4.0),
     "d256-gqa": (("--d-model", "256", "--heads", "16", "--kv-heads", "4"), 600.0, 16.0),
     "d256-rope": (("--d-model", "256", "--heads", "16", "--rope-fraction", "1"), 600.0, 16.0),
     "d256-bias": (("--d-model", "256", "--heads", "16", "--bias", "qkvo"), 600.0, 16.0),
     "gpt2": (("--d-model", "768", "--heads", "12"), 1800.0, 16.0),
 }
-LABELS = {"d256": "d = 256, H = 16", "d256-gqa": "d = 256, H = 16, 4 key/value groups",
+LABELS = {"d64": "d = 64, H = 8", "d128": "d = 128, H = 16", "d256": "d = 256, H = 16", "d256-gqa": "d = 256, H = 16, 4 key/value groups",
           "d256-rope": "d = 256, H = 16, full RoPE", "d256-bias": "d = 256, H = 16, biases q, k, v, o",
           "gpt2": "d = 768, H = 12 (GPT-2 small)"}
 
@@ -76,13 +82,57 @@ def verify(name: str) -> dict:
     return row
 
 
+PLAIN = ("d64", "d128", "d256", "gpt2")      # the block route's points of the curve
+
+
+def figure(runs: list[dict], out: Path) -> None:
+    """route_curve.png: seconds and peak resident GB against P (log-log), one line per route."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    speed = json.loads((out.parent / "rank_speed.json").read_text()).get("curve", []) \
+        if (out.parent / "rank_speed.json").exists() else []
+    routes = [("straightforward (Jacobian + SVD)", "#d99a00", "o",
+               [p for p in speed if p["route"] == "straightforward"]),
+              ("structured (idlib.fastrank)", "#c0504d", "s",
+               [p for p in speed if p["route"] == "idlib"]),
+              ("block (idlib.blockrank)", "#1f5f9e", "D",
+               [r for r in runs if r["name"] in PLAIN and r["method"] == "block"])]
+    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.8))
+    for ax, key, label in ((axes[0], "seconds", "wall seconds"),
+                           (axes[1], "max_rss_gb", "peak resident memory (GB)")):
+        for name, color, marker, pts in routes:
+            pts = sorted(pts, key=lambda p: p["n_params"])
+            if pts:
+                ax.loglog([p["n_params"] for p in pts], [p[key] for p in pts], marker=marker,
+                          color=color, label=name)
+        ax.set_xlabel("parameters $P$")
+        ax.set_ylabel(label)
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0].axhline(1800, color="grey", ls="--", lw=1)
+    axes[0].text(1.1e3, 1800 * 1.25, "30 min", color="grey", fontsize=9)
+    axes[1].axhline(16, color="grey", ls="--", lw=1)
+    axes[1].text(1.1e3, 16 * 1.2, "16 GB", color="grey", fontsize=9)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=9,
+               bbox_to_anchor=(0.5, 1.0), frameon=False)
+    fig.tight_layout()
+    fig.savefig(out.parent / "route_curve.png", dpi=120, bbox_inches="tight",
+                metadata={"Software": None})
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(HERE / "results" / "verify_block.json"))
     ap.add_argument("--only", nargs="*", choices=list(RUNS), default=None,
                     help="run these only; the record's other runs are kept")
+    ap.add_argument("--figure", action="store_true", help="only redraw route_curve.png")
     args = ap.parse_args(argv)
     out = Path(args.out)
+    if args.figure:
+        figure(json.loads(out.read_text())["runs"], out)
+        return 0
     kept = {}
     if args.only is not None and out.exists():
         kept = {r["name"]: r for r in json.loads(out.read_text())["runs"]}
@@ -100,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {"script": "benchmarks/verify_block.py", "runs": rows,
               "met": all(r["met"] for r in rows)}
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}; targets met: {result['met']}", flush=True)
+    figure(rows, out)
+    print(f"wrote {out} and route_curve.png; targets met: {result['met']}", flush=True)
     return 0 if result["met"] else 1
 
 
