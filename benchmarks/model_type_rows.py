@@ -70,6 +70,7 @@ LATENT = ["kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
 IDENTICAL = "its attention class is the family's, source for source"
 SCALE = "a fixed nonzero scale of the scores, keys or the layer's input or output"
 NO_ROPE = {"rope_fraction": 0.0}
+LINEAR = "linear attention (Gated DeltaNet), not softmax attention: not counted"
 WINDOW = ["window", {}]
 ENC_DEC = ("encoder-decoder: an encoder stack (bidirectional self-attention) and a decoder stack "
            "(causal self-attention and cross-attention to the encoder) in one config; the reader "
@@ -394,8 +395,114 @@ DECISIONS: dict[str, dict[str, Any]] = {
                                                               "queries and keys"]]},
                     harmless={"freeze_lm_head": "training only", "cross_layer_interval": "the cross-attention "
                               "layers (separate modules)", "qk_layer_norms_perceiver": "the perceiver resampler"}),
+    "trocr": read("opt", "q, k, v, o biased, causal; each layer's cross-attention to the image encoder is a "
+                  "separate module (not counted)", code={"heads_keys": ["decoder_attention_heads"],
+                                                         "layers_keys": ["decoder_layers"]},
+                  harmless={"cross_attention_hidden_size": "the cross-attention's keys",
+                            "layernorm_embedding": "a norm of the embeddings",
+                            "use_learned_position_embeddings": "positions added to the inputs"}),
+    "clvp_decoder": read("gpt2", "q, k, v biased by use_attention_bias, o always; the decoder passes no "
+                         "rotary embedding (its encoders do)", code={
+                             "bias": "o", "bias_flags": [["use_attention_bias", "qkv", None]]},
+                         harmless={"num_mel_attn_blocks": "the conditioning encoder's blocks"}),
+    "higgs_audio_v2": read("llama", "LlamaAttention", path="model.layers.{i}.self_attn"),
+    "afmoe": read("qwen3_next", "Qwen3-Next's gated attention (a sigmoid gate per head and dimension, here "
+                  "from its own unbiased gate_proj) with the per-head QK-norm, RoPE only on the sliding "
+                  "layers (every dimension: a rotary share in the file is ignored); with attention_bias the "
+                  "gate stays unbiased, refused", code={"partial": False,
+                      "layers": ["kinds", {"field": "layer_types", "counted": {"sliding_attention": {},
+                                                                              "full_attention": NO_ROPE},
+                                           "skip": {}}],
+                      "refuse_values": [["attention_bias", True, "biased projections beside an unbiased gate"]]},
+                  harmless={"global_attn_every_n_layers": "read through layer_types",
+                            "mup_enabled": "a fixed scale of the embeddings", "route_scale": "MoE routing"},
+                  tiny={"layer_types": ["sliding_attention", "full_attention"]}, explicit={"attention_bias": None}),
+    "flint": read("qwen3", "Qwen3Attention with GPT-OSS's sinks and RoPE only on the sliding layers",
+                  code={"sinks": True, "layers": ["kinds", {"field": "layer_types", "counted": {
+                      "sliding_attention": {}, "full_attention": NO_ROPE}, "skip": {}}],
+                      "refuse_values": [["sliding_window", None, "no window: then no layer rotates"]]},
+                  tiny={"layer_types": ["sliding_attention", "full_attention"]}),
+    "molmo2_text": read("qwen3", "Qwen3Attention with attention_bias switching q, k, v (o never biased); with "
+                        "qk_norm_type 'olmo' its QK-norm spans all heads, refused", code={
+                            "bias_flags": [["attention_bias", "qkv", None]], "fills": ["qk_norm_type"],
+                            "refuse_values": [["qk_norm_type", "olmo", "a QK-norm over all heads"]]},
+                        harmless={"norm_after": "the block's norms (after the layer)",
+                                  "rope_scaling_layers": "the layers whose RoPE frequencies are rescaled "
+                                                         "(see rope_scaling)"}),
+    "olmo_hybrid": read("olmo2", "Olmo2Attention (a QK-norm over all heads) on the full_attention layers; "
+                        "the linear_attention layers are Gated DeltaNet; without rope_parameters it has no "
+                        "RoPE, refused", code={
+                            "layers": ["kinds", {"field": "layer_types", "counted": {"full_attention": {}},
+                                                 "skip": {"linear_attention": LINEAR}}],
+                            "refuse_values": [["rope_parameters", None, "no rotary embedding (NoPE)"]]},
+                        tiny={"layer_types": ["linear_attention", "full_attention"]}),
     # -- refused ----------------------------------------------------------------------------------
-    "bart": refuse(ENC_DEC),
+    **{mt: refuse(ENC_DEC) for mt in (
+        "bart", "blenderbot", "blenderbot-small", "fsmt", "m2m_100", "marian", "mbart", "mvp", "nllb-moe",
+        "pegasus", "plbart", "seamless_m4t", "seamless_m4t_v2", "speech_to_text", "t5gemma", "udop")},
+    "bigbird_pegasus": refuse(ENC_DEC + "; its encoder's default attention is block-sparse"),
+    "whisper": refuse(ENC_DEC + "; its key projection is never biased (q, v, o are)"),
+    "moonshine": refuse(ENC_DEC + " (a speech encoder and a text decoder)"),
+    "cohere_asr": refuse(ENC_DEC + " (a speech encoder with relative positions and a text decoder)"),
+    "pp_formulanet_text": refuse("the text decoder of an image-to-text encoder-decoder: its layers pair "
+                                 "self-attention with cross-attention to the image features, and its sizes "
+                                 "come as d_model / decoder_attention_heads beside the image encoder's"),
+    "bark": refuse("a wrapper of three models (semantic_config, coarse_acoustics_config, "
+                   "fine_acoustics_config), none a text_config; the fine-acoustics model is bidirectional"),
+    "cohere2_moe": refuse("RoPE on the sliding layers and also on the dense-MLP prefix layers when "
+                          "prefix_dense_sliding_window_pattern is 1 (force_rope): a per-layer rule the reader "
+                          "does not read"),
+    "cohere_compass_text": refuse("NoPE per layer type given as rope_parameters[layer type] = null: a layout "
+                                  "of the per-layer RoPE switch the reader does not read"),
+    "cpmant": refuse("T5-style relative position table with its sizes as dim_model / num_heads / dim_head and a "
+                     "prompt prefix: a layout the reader does not read"),
+    "dbrx": refuse("its attention fields nested in attn_config (kv_n_heads, rope_theta, and clip_qkv, which "
+                   "clamps q, k, v: a clipped layer's count is not derived)"),
+    "esm": refuse("position_embedding_type 'rotary' (ESM-2's) puts RoPE inside BERT's attention, a switch the "
+                  "bert reader does not read"),
+    "evolla": refuse("a protein encoder and a Llama language model with sequence-aligner cross-attention in "
+                     "one config: a layout the reader does not read"),
+    "EvollaModel": refuse("as evolla (CONFIG_MAPPING['EvollaModel'] is EvollaConfig)"),
+    "gpt_neox_japanese": refuse("no q, k, v biases and an output bias added outside the projection only in "
+                                "the last layer: a per-layer bias the reader does not read"),
+    "gradium_phonon_tts": refuse("its config class refuses a backbone width other than its flow head's "
+                                 "condition_dim, so its reading is not checked against the real module at a "
+                                 "tiny size; not read until it is"),
+    "pocket_tts": refuse("its config class refuses a backbone width other than its flow head's condition_dim, "
+                         "so its reading is not checked against the real module at a tiny size; not read "
+                         "until it is"),
+    "granite_swa": refuse("GPT-OSS-style sinks with RoPE switched per layer by layer_rope_theta (a list of "
+                          "bases, 0 for none): a per-layer list the reader does not read"),
+    "granitemoe_swa": refuse("as granite_swa: sinks, with RoPE per layer from layer_rope_theta (a list the "
+                             "reader does not read)"),
+    "muse_glimmer_text": refuse("gated attention with a weightless QK-norm and NoPE on the layers whose "
+                                "layer_rope_theta is 0: a per-layer list of bases the reader does not read"),
+    "hrm_text": refuse("two stacks (H_module and L_module) of num_hidden_layers layers each, run in cycles with "
+                       "shared weights: a model layout the reader does not read"),
+    "kyutai_speech_to_text": refuse("a speech-to-text model whose text and audio streams share its layers "
+                                    "(Moshi's); not checked against the real module at a tiny size"),
+    "layoutlmv2": refuse("BERT-like attention with the key projection unbiased and relative 1-D and 2-D bias "
+                         "tables; its model needs detectron2, so its reading is not checked"),
+    "layoutxlm": refuse("as layoutlmv2 (LayoutXLM has no modeling code of its own)"),
+    "longcat_flash": refuse("two multi-head latent attention sublayers in each decoder layer, with fixed latent "
+                            "scales: a layout the reader does not read"),
+    "longt5": refuse("its encoder attends locally in blocks (local_radius) or adds transient global tokens "
+                     "(encoder_attention_type 'transient-global'): neither is derived"),
+    "lxmert": refuse("three encoders (language, vision, cross-modality with cross-attention), "
+                     "num_hidden_layers given per encoder: a layout the reader does not read"),
+    "mimo_v2_flash": refuse("value heads of their own width (v_head_dim) and key/value heads that differ per "
+                            "layer type, with sinks: not read"),
+    "minimax_m3_vl_text": refuse("its minimax_m3_sparse layers run block-sparse attention with an indexer, "
+                                 "which is not derived"),
+    "mistral4": refuse("multi-head latent attention whose head_dim is qk_nope_head_dim + qk_rope_head_dim, "
+                       "where DeepSeek's head_dim is the rotary width: a field meaning the reader does not read"),
+    "qwen3_omni_moe_talker_text": refuse("its model class does not build from its config class alone "
+                                         "(transformers 5.23: no shared_expert_intermediate_size), so its "
+                                         "reading is not checked"),
+    "recurrent_gemma": refuse("attention only on the blocks block_types names, a pattern cycled over the "
+                              "layers (the others are recurrent), which the reader does not read"),
+    "roformer": refuse("RoPE inside BERT's attention from the encoder's sinusoidal table, and rotary_value "
+                       "rotates the values too: not read"),
 }
 
 

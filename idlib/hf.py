@@ -648,8 +648,8 @@ def _fills(fam: Family, text: dict[str, Any]) -> dict[str, Any]:
 
 def unread_reason(model_type: str) -> str:
     """Why a model_type that is not a family is not read (the survey of transformers' model types,
-    ``MODEL_TYPES``): not derived (the mechanism named), no text softmax attention, derivable but
-    no reader row yet (read it with --family), or unknown to transformers 5.23 (never guessed)."""
+    ``MODEL_TYPES``): not derived (the mechanism or structure named), no text softmax attention, or
+    unknown to transformers 5.23 (never guessed)."""
     rec = MODEL_TYPES.get(model_type)
     what = f"model_type {model_type!r}" if model_type else "no model_type"
     if rec is None:
@@ -660,9 +660,7 @@ def unread_reason(model_type: str) -> str:
         return f"{what}: its attention is not derived ({rec['why']})"
     if rec["kind"] == "none":
         return f"{what} has no text softmax attention layer to count ({rec['why']})"
-    return (f"{what} has no reader row of its own (its attention: {rec['why']}); the attention "
-            f"function is never guessed: name the family whose code and fields it shares with "
-            f"--family, e.g. --family {rec.get('like') or 'llama'}")
+    return f"{what} is read (as family {rec.get('family')!r})"
 
 
 def _flatten(text: dict[str, Any], fam: Family, name: str) -> dict[str, Any]:
