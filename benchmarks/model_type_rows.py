@@ -696,6 +696,33 @@ def fixture(model_type: str, decision: dict[str, Any], row: dict[str, Any]) -> d
             **({"attrs": decision["attrs"]} if decision["attrs"] else {})}
 
 
+def status(model_type: str, types: dict[str, dict[str, Any]]) -> str:
+    """What idlib does with ``model_type`` now, in a few words (for the wrappers naming it)."""
+    rec = types.get(model_type, {})
+    kind = rec.get("kind")
+    if kind == "read":
+        return "read (a family of idlib.hf)"
+    if kind == "same_as":
+        return f"read as family {rec['family']}"
+    if kind == "own_defaults":
+        return f"read as family {rec['family']} with its own config defaults"
+    if kind == "refused":
+        return "refused (see that model type)"
+    return "not read"
+
+
+def relink_wrappers(types: dict[str, dict[str, Any]]) -> None:
+    """A wrapper's entry names its text model and what idlib does with it: that part is rewritten
+    from the text model's entry (the survey wrote it before the model types were read)."""
+    for rec in types.values():
+        text = rec.get("text_model")
+        if rec["kind"] == "none" and text in types and "; that model: " in rec["why"]:
+            head = rec["why"].split("; that model: ")[0]
+            rec["why"] = f"{head}; that model: {status(text, types)}"
+    if "led" in types:
+        types["led"]["why"] = types["led"]["why"].replace("bart-style (derivable)", "bart-style")
+
+
 def main(argv: list[str]) -> None:
     sys.path.insert(0, str(ROOT))
     survey = json.loads(DATA.read_text())
@@ -721,6 +748,7 @@ def main(argv: list[str]) -> None:
                {"survey": old["survey"]} if "survey" in old else {})}
         fixtures[model_type] = fix
         print(f"{model_type}: {decision['family']} {row}")
+    relink_wrappers(survey["model_types"])
     DATA.write_text(json.dumps(survey, indent=0, ensure_ascii=False))
     FIXTURES.write_text(json.dumps(dict(sorted(fixtures.items())), indent=1) + "\n")
 

@@ -67,12 +67,14 @@ def own_rows() -> list[list[str]]:
             continue
         fam, mine = FAMILIES[rec["family"]], hf.OWN_DEFAULTS[m]
         differ = []
+        none = {"kv_default": "one per query head", "head_dim_default": "hidden / heads",
+                "softcap": "none"}
         for key, label in (("kv_default", "kv heads"), ("head_dim_default", "head_dim"),
                            ("rope_theta", "RoPE base"), ("rope_fraction", "rotary share"),
                            ("softcap", "soft-cap")):
             if key in rec["row"] and getattr(mine, key) != getattr(fam, key):
                 value = getattr(mine, key)
-                differ.append(f"{label} {'per head' if value is None else f'{value:g}'}")
+                differ.append(f"{label} {none[key] if value is None else f'{value:g}'}")
         for (key, letters, default), (_, _, theirs) in zip(mine.bias_flags, fam.bias_flags):
             if default != theirs:
                 differ.append(f"{key} {str(default).lower()}")
