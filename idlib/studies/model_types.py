@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from ..hf import ALIASES, FAMILIES, MODEL_TYPES, MODEL_TYPES_VERSION
+from ..hf import ALIASES, FAMILIES, MODEL_TYPES, MODEL_TYPES_VERSION, OWN_DEFAULTS
 
 KINDS = {"read": "read: a family of idlib.hf", "same_as": "read as a family (same code and fields)",
          "own_defaults": "read as a family, with its own config defaults",
@@ -60,12 +60,11 @@ def families_alone() -> list[str]:
 def own_rows() -> list[list[str]]:
     """(model type, family, how its code uses the family's, the defaults of its own config class
     that differ from the family's) for every model type read with its own defaults."""
-    from .. import hf
     rows = []
     for m, rec in sorted(MODEL_TYPES.items()):
         if rec["kind"] != "own_defaults":
             continue
-        fam, mine = FAMILIES[rec["family"]], hf.OWN_DEFAULTS[m]
+        fam, mine = FAMILIES[rec["family"]], OWN_DEFAULTS[m]
         differ = []
         none = {"kv_default": "one per query head", "head_dim_default": "hidden / heads",
                 "softcap": "none"}
