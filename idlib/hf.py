@@ -26,7 +26,7 @@ import math
 import os
 import re
 from pathlib import Path
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from .config import AttentionConfig, ConfigError, LatentAttentionConfig, read_json, show
@@ -83,6 +83,15 @@ class Family:
     heads_multiple: int = 1                 # its code needs a multiple of this many heads
     share_breaks: bool = False              # a rotary share below 1 breaks its code (GPT-OSS's
                                             # rotary halves the whole head): refused
+    harmless: tuple[str, ...] = ()          # a model type's own fields that leave the layer
+                                            # unchanged (the reasons: idlib/data/model_types.json)
+    refuse_values: tuple[tuple[str, Any, str], ...] = ()   # (field, a value its code runs
+                                            # differently with, what that code does): refused
+    fills: tuple[tuple[str, Any], ...] = ()  # (field, its config class's default), filled in
+                                            # where the file leaves the field out
+    width_keys: tuple[str, ...] = ()        # its own names of hidden_size, of the head count and
+    heads_keys: tuple[str, ...] = ()        # of the number of layers (beyond WIDTH_KEYS, HEADS_KEYS
+    layers_keys: tuple[str, ...] = ()       # and num_hidden_layers, n_layer, num_layers, n_layers)
 
 
 # -- family-specific readers (called with the text config, the head count / layer count, name) --
@@ -208,6 +217,77 @@ def _qwen3_next_layers(text: dict[str, Any], n_layers: int, name: str) -> list[d
 
 
 LINEAR_ATTENTION = "linear attention (Gated DeltaNet), not softmax attention: not counted"
+
+
+# -- per-layer structure named by a model type's row (idlib/data/model_types.json: "layers") --------
+
+def _required(text: dict[str, Any], key: str, name: str) -> Any:
+    if text.get(key) is None:
+        raise ConfigError(f"{name}: field {key!r} is required: it says which layers are softmax "
+                          "attention and how (never guessed)")
+    return text[key]
+
+
+def _kinds_layers(field: str, counted: dict[str, dict[str, Any]], skip: dict[str, str]) -> Callable:
+    """Layers by the kind a per-layer list names: the ``counted`` kinds are softmax attention (with
+    these AttentionConfig overrides), the ``skip`` ones are not (the reason); another is refused."""
+    def layers(text: dict[str, Any], n_layers: int, name: str) -> list[dict[str, Any]]:
+        _required(text, field, name)
+        out = []
+        for kind in _layer_list(text, field, n_layers, name):
+            if kind in counted:
+                out.append(dict(counted[kind]))
+            elif kind in skip:
+                out.append({"skip": skip[kind]})
+            else:
+                raise ConfigError(f"{name}: field {field!r} holds {kind!r}: this model type's layers "
+                                  f"are {', '.join(list(counted) + list(skip))} (another kind is not read)")
+        return out
+    return layers
+
+
+def _pattern_layers(field: str, counted: dict[str, dict[str, Any]], skip: dict[str, str]) -> Callable:
+    """Layers by the letters of a string, one per layer (Nemotron-H's hybrid_override_pattern)."""
+    def layers(text: dict[str, Any], n_layers: int, name: str) -> list[dict[str, Any]]:
+        pattern = _required(text, field, name)
+        if not isinstance(pattern, str) or len(pattern) != n_layers:
+            raise ConfigError(f"{name}: field {field!r} must be a string of {n_layers} letters "
+                              f"(one per layer); got {show(pattern)}")
+        return _kinds_layers(field, counted, skip)({field: list(pattern)}, n_layers, name)
+    return layers
+
+
+def _period_layers(period: str, offset: str, skip: str) -> Callable:
+    """Softmax attention on the layers i with i % period == offset (Jamba); the others not."""
+    def layers(text: dict[str, Any], n_layers: int, name: str) -> list[dict[str, Any]]:
+        p = _size(name, period, _required(text, period, name))
+        o = _integer(name, offset, _required(text, offset, name))
+        if not 0 <= o < p:
+            raise ConfigError(f"{name}: field {offset!r}={o} must be at least 0 and below {period}={p}")
+        return [{} if i % p == o else {"skip": skip} for i in range(n_layers)]
+    return layers
+
+
+def _index_layers(field: str, listed: dict[str, Any] | str, others: dict[str, Any] | str) -> Callable:
+    """Layers by whether a list of indices names them: each side is AttentionConfig overrides (a
+    dict) or the reason it is not counted (a string)."""
+    def kind(v: dict[str, Any] | str) -> dict[str, Any]:
+        return {"skip": v} if isinstance(v, str) else dict(v)
+
+    def layers(text: dict[str, Any], n_layers: int, name: str) -> list[dict[str, Any]]:
+        indices = _required(text, field, name)
+        if not isinstance(indices, list) or any(isinstance(i, bool) or not isinstance(i, int)
+                                                or not 0 <= i < n_layers for i in indices):
+            raise ConfigError(f"{name}: field {field!r} must be a list of layer indices below "
+                              f"num_hidden_layers={n_layers}; got {show(indices)}")
+        return [kind(listed) if i in indices else kind(others) for i in range(n_layers)]
+    return layers
+
+
+LAYER_READERS: dict[str, Callable[..., Callable]] = {
+    "window": lambda: _window_layers, "rope_on_sliding": lambda: _cohere2_layers,
+    "kinds": _kinds_layers, "pattern": _pattern_layers, "period": _period_layers,
+    "indices": _index_layers}
 
 
 _LLAMA_BIAS = (("attention_bias", "qkvo", False),)
@@ -351,6 +431,33 @@ MODEL_TYPES: dict[str, dict[str, Any]] = _SURVEY["model_types"]
 MODEL_TYPES_VERSION: str = _SURVEY["_transformers"]
 ALIASES = {mt: rec["family"] for mt, rec in MODEL_TYPES.items() if rec["kind"] == "same_as"}
 
+
+def _as_row(key: str, value: Any) -> Any:
+    """A Family field from JSON (lists are tuples in a Family; ``layers`` names a reader of
+    LAYER_READERS and its arguments; ``fills`` is an object)."""
+    if key == "layers":
+        if value is None:
+            return None
+        reader, kwargs = value
+        return LAYER_READERS[reader](**kwargs)
+    if key == "fills":
+        return tuple(value.items())
+    return _tuple(value)
+
+
+def _tuple(value: Any) -> Any:
+    return tuple(_tuple(v) for v in value) if isinstance(value, list) else value
+
+
+# model types read as a family with their own config class's defaults (and, where named in "code",
+# the ways their code differs that AttentionConfig represents): benchmarks/model_type_rows.py
+# writes the rows from transformers' config classes, tests/test_model_types_real.py checks them
+# against the real modules
+OWN_DEFAULTS: dict[str, Family] = {
+    mt: replace(FAMILIES[rec["family"]], **{k: _as_row(k, v) for k, v in rec["row"].items()},
+                harmless=tuple(rec["harmless"]))
+    for mt, rec in MODEL_TYPES.items() if rec["kind"] == "own_defaults"}
+
 # multimodal configs: the family of a text_config that does not name its own model_type
 TEXT_FAMILY = {"gemma3": "gemma3_text", "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text",
                "llava": "llama", "llava_next": "llama", "mistral3": "mistral", "paligemma": "gemma",
@@ -393,9 +500,11 @@ HARMLESS = {
     "type_vocab_size": "token-type embeddings, not attention",
     "num_nextn_predict_layers": "extra prediction layers, not this layer",
     "first_k_dense_replace": "MLP kind per layer", "moe_layer_freq": "MLP kind per layer",
+    "mlp_layer_types": "MLP kind per layer",
     "decoder_sparse_step": "MLP kind per layer", "mlp_only_layers": "MLP kind per layer",
-    "norm_topk_prob": "MoE routing", "routed_scaling_factor": "MoE routing",
-    "logits_scaling": "the LM head", "embedding_multiplier": "embeddings", "final_logit_softcapping": "the LM head, not attention",
+    "norm_topk_prob": "MoE routing", "routed_scaling_factor": "MoE routing", "moe_norm_min": "MoE routing",
+    "logits_scaling": "the LM head", "embedding_multiplier": "embeddings",
+    "scale_embedding": "embeddings", "final_logit_softcapping": "the LM head, not attention",
     "tie_word_embeddings": "embeddings", "is_decoder": "read through the family",
     "scale_attn_weights": "a fixed score scale: the count is the same for every nonzero scale",
     "scale_attn_by_inverse_layer_idx": "a fixed score scale per layer",
@@ -504,18 +613,43 @@ def family_of(data: Any, name: str = "config", family: str | None = None) -> tup
         if mt in FAMILIES and mt != key:
             raise ConfigError(f"{name}: model_type {mt!r} is a family the reader knows; it is read as "
                               f"itself, never as family {key!r} (drop --family)")
+        if mt in OWN_DEFAULTS:
+            raise ConfigError(f"{name}: model_type {mt!r} is read as itself (the attention code of "
+                              f"family {MODEL_TYPES[mt]['family']!r} with its own config class's "
+                              f"defaults), never as family {key!r}, which would drop those defaults "
+                              "(drop --family)")
         return text, key, FAMILIES[key]
     if mt in ALIASES:
         return text, ALIASES[mt], FAMILIES[ALIASES[mt]]
+    if mt in OWN_DEFAULTS:
+        fam = OWN_DEFAULTS[mt]
+        return {**_fills(fam, text), **text}, mt, fam
     if mt not in FAMILIES:
         raise ConfigError(f"{name}: {unread_reason(mt)}")
     return text, mt, FAMILIES[mt]
 
 
+PER_HEAD = "hidden_size / num_attention_heads"
+
+
+def _fills(fam: Family, text: dict[str, Any]) -> dict[str, Any]:
+    """The config class's defaults of the fields a model type's row fills in (PER_HEAD: the width
+    per head, where the file gives both sizes; else left out, and the reader says what is missing)."""
+    out = {}
+    for key, value in fam.fills:
+        if value == PER_HEAD:
+            d, h = text.get("hidden_size"), text.get("num_attention_heads")
+            if isinstance(d, int) and isinstance(h, int) and h > 0 and d % h == 0:
+                out[key] = d // h
+        else:
+            out[key] = value
+    return out
+
+
 def unread_reason(model_type: str) -> str:
     """Why a model_type that is not a family is not read (the survey of transformers' model types,
-    ``MODEL_TYPES``): not derived (the mechanism named), no text softmax attention, derivable but
-    no reader row yet (read it with --family), or unknown to transformers 5.23 (never guessed)."""
+    ``MODEL_TYPES``): not derived (the mechanism or structure named), no text softmax attention, or
+    unknown to transformers 5.23 (never guessed)."""
     rec = MODEL_TYPES.get(model_type)
     what = f"model_type {model_type!r}" if model_type else "no model_type"
     if rec is None:
@@ -526,9 +660,7 @@ def unread_reason(model_type: str) -> str:
         return f"{what}: its attention is not derived ({rec['why']})"
     if rec["kind"] == "none":
         return f"{what} has no text softmax attention layer to count ({rec['why']})"
-    return (f"{what} has no reader row of its own (its attention: {rec['why']}); the attention "
-            f"function is never guessed: name the family whose code and fields it shares with "
-            f"--family, e.g. --family {rec.get('like') or 'llama'}")
+    return f"{what} is read (as family {rec.get('family')!r})"
 
 
 def _flatten(text: dict[str, Any], fam: Family, name: str) -> dict[str, Any]:
@@ -587,7 +719,9 @@ def _rope(text: dict[str, Any], fam: Family, name: str) -> tuple[float, list[flo
 
 def _check_unread(text: dict[str, Any], fam: Family, name: str) -> None:
     known = set(COMMON_READS) | set(HARMLESS) | set(fam.reads) | set(fam.ignores) | \
-        {f.lstrip("!") for f, _, _ in fam.bias_flags}
+        set(fam.harmless) | {f.lstrip("!") for f, _, _ in fam.bias_flags} | \
+        {f for f, _, _ in fam.refuse_values} | {f for f, _ in fam.fills} | \
+        set(fam.width_keys) | set(fam.heads_keys) | set(fam.layers_keys)
     if fam.alibi is not None:
         known.add(fam.alibi[0])
     if fam.qk_norm_flag is not None:
@@ -601,6 +735,10 @@ def _check_unread(text: dict[str, Any], fam: Family, name: str) -> None:
 
 
 def _refusals(text: dict[str, Any], fam: Family, name: str) -> None:
+    for key, value, what in fam.refuse_values:
+        if key in text and text[key] == value and type(text[key]) is type(value):
+            raise ConfigError(f"{name}: field {key!r}={value!r}: {what}, which is not derived for "
+                              "this model type")
     pos = str(text.get("position_embedding_type") or "absolute").lower()
     if pos == "alibi" or (text.get("alibi") and fam.alibi is None and fam.positions != "alibi"):
         raise ConfigError(f"{name}: ALiBi position biases (field {'alibi' if text.get('alibi') else 'position_embedding_type'!r}) "
@@ -731,8 +869,8 @@ def _alibi(text: dict[str, Any], fam: Family, name: str) -> bool:
 
 def n_hidden_layers(data: Any, name: str = "config", family: str | None = None) -> int | None:
     """The model's number of layers (num_hidden_layers, n_layer, num_layers, MPT's n_layers)."""
-    text, _, _ = family_of(data, name, family)
-    value = _get(text, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    text, _, fam = family_of(data, name, family)
+    value = _get(text, "num_hidden_layers", "n_layer", "num_layers", "n_layers", *fam.layers_keys)
     return None if value is None else _integer(name, "num_hidden_layers", value)
 
 
@@ -753,11 +891,11 @@ def attention_fields_from_hf(data: Any, name: str = "config", family: str | None
         if key in text:
             raise ConfigError(f"{name}: field {key!r}: this family's config class computes it "
                               "and refuses a file that sets it")
-    width_key, d_model = _synonym(text, WIDTH_KEYS, name)
+    width_key, d_model = _synonym(text, WIDTH_KEYS + fam.width_keys, name)
     if width_key is None:
         raise ConfigError(f"{name}: field 'hidden_size' is required")
     d_model = _size(name, width_key, d_model)
-    heads_key, n_heads = _synonym(text, HEADS_KEYS, name)
+    heads_key, n_heads = _synonym(text, HEADS_KEYS + fam.heads_keys, name)
     if heads_key is None:
         raise ConfigError(f"{name}: field 'num_attention_heads' is required")
     n_heads = _size(name, heads_key, n_heads)
@@ -801,7 +939,7 @@ def attention_fields_from_hf(data: Any, name: str = "config", family: str | None
     if text.get("use_bidirectional_attention") and "use_bidirectional_attention" in fam.reads:
         causal = False
     if "is_decoder" in fam.reads:
-        causal = _flag(text, name, "is_decoder", False)
+        causal = _flag(text, name, "is_decoder", fam.causal)
     bias = _bias(text, fam, name)
     softcap = None                      # an explicit null switches the family's cap off
     if "attn_logit_softcapping" in fam.reads:

@@ -2,19 +2,19 @@
 
 Grouped from :data:`idlib.hf.MODEL_TYPES` (a survey of every model type of the pinned
 ``transformers``: its attention code read and compared with the families of :mod:`idlib.hf`):
-read (a family of its own, or the same attention code and fields as one), refused with the
-mechanism that is not derived, derivable but without a reader row, or without a text softmax
-attention layer.
+read (a family of its own, the same attention code and fields as one, or a family's attention
+code with the defaults of its own config class), refused with the mechanism or structure that is
+not derived, or without a text softmax attention layer.
 """
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from ..hf import ALIASES, FAMILIES, MODEL_TYPES, MODEL_TYPES_VERSION
+from ..hf import ALIASES, FAMILIES, MODEL_TYPES, MODEL_TYPES_VERSION, OWN_DEFAULTS
 
 KINDS = {"read": "read: a family of idlib.hf", "same_as": "read as a family (same code and fields)",
-         "derivable": "derivable, no reader row: read with `--family`",
-         "refused": "refused: a mechanism not derived",
+         "own_defaults": "read as a family, with its own config defaults",
+         "refused": "refused: a mechanism or structure not derived",
          "none": "no text softmax attention"}
 
 
@@ -23,29 +23,66 @@ def version() -> str:
     return MODEL_TYPES_VERSION
 
 
+def counts() -> dict[str, int]:
+    """Model types per kind (KINDS' keys), "all" and "read in all" (the first three kinds)."""
+    c = Counter(rec["kind"] for rec in MODEL_TYPES.values())
+    out = {kind: c[kind] for kind in KINDS}
+    return {**out, "all": len(MODEL_TYPES), "read in all": out["read"] + out["same_as"] + out["own_defaults"]}
+
+
 def kind_counts() -> list[list[str]]:
     """(what idlib does, number of model types) for each kind, in KINDS' order."""
-    counts = Counter(rec["kind"] for rec in MODEL_TYPES.values())
-    return [[text, str(counts[kind])] for kind, text in KINDS.items()] + \
-        [["all", str(len(MODEL_TYPES))]]
+    c = counts()
+    return [[text, str(c[kind])] for kind, text in KINDS.items()] + [["all", str(c["all"])]]
 
 
 def read_rows() -> list[list[str]]:
-    """(family, the other model types read as it) for every family that has some."""
-    others = defaultdict(list)
+    """(family, the model types read as it with the same fields, those read with their own
+    defaults) for every family that has some."""
+    same, own = defaultdict(list), defaultdict(list)
     for model_type, family in ALIASES.items():
-        others[family].append(model_type)
-    return [[f"`{f}`", ", ".join(f"`{m}`" for m in sorted(others[f]))]
-            for f in sorted(FAMILIES) if others[f]]
+        same[family].append(model_type)
+    for model_type, rec in MODEL_TYPES.items():
+        if rec["kind"] == "own_defaults":
+            own[rec["family"]].append(model_type)
+    return [[f"`{f}`", ", ".join(f"`{m}`" for m in sorted(same[f])) or "-",
+             ", ".join(f"`{m}`" for m in sorted(own[f])) or "-"]
+            for f in sorted(FAMILIES) if same[f] or own[f]]
 
 
 def families_alone() -> list[str]:
     """The families no other model type is read as."""
-    return sorted(set(FAMILIES) - set(ALIASES.values()))
+    others = set(ALIASES.values()) | {rec["family"] for rec in MODEL_TYPES.values()
+                                      if rec["kind"] == "own_defaults"}
+    return sorted(set(FAMILIES) - others)
+
+
+def own_rows() -> list[list[str]]:
+    """(model type, family, how its code uses the family's, the defaults of its own config class
+    that differ from the family's) for every model type read with its own defaults."""
+    rows = []
+    for m, rec in sorted(MODEL_TYPES.items()):
+        if rec["kind"] != "own_defaults":
+            continue
+        fam, mine = FAMILIES[rec["family"]], OWN_DEFAULTS[m]
+        differ = []
+        none = {"kv_default": "one per query head", "head_dim_default": "hidden / heads",
+                "softcap": "none"}
+        for key, label in (("kv_default", "kv heads"), ("head_dim_default", "head_dim"),
+                           ("rope_theta", "RoPE base"), ("rope_fraction", "rotary share"),
+                           ("softcap", "soft-cap")):
+            if key in rec["row"] and getattr(mine, key) != getattr(fam, key):
+                value = getattr(mine, key)
+                differ.append(f"{label} {none[key] if value is None else f'{value:g}'}")
+        for (key, letters, default), (_, _, theirs) in zip(mine.bias_flags, fam.bias_flags):
+            if default != theirs:
+                differ.append(f"{key} {str(default).lower()}")
+        rows.append([f"`{m}`", f"`{rec['family']}`", rec["why"], ", ".join(differ) or "-"])
+    return rows
 
 
 def reason_rows(kind: str) -> list[list[str]]:
-    """(model type, why) for every model type of ``kind`` ("refused" or "derivable")."""
+    """(model type, why) for every model type of ``kind`` ("refused")."""
     return [[f"`{m}`", rec["why"]] for m, rec in sorted(MODEL_TYPES.items()) if rec["kind"] == kind]
 
 
