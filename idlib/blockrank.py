@@ -403,10 +403,12 @@ def y_parameters(config: AttentionConfig, stage: Stage) -> list[tuple[str, tuple
 
 
 def stage_blocks(config: AttentionConfig, terms: StageTerms, stage: Stage, groups: range,
-                 absolute: bool = False) -> torch.Tensor:
+                 absolute: bool = False, row_order: bool = True) -> torch.Tensor:
     """K_{b,g} for the key/value groups ``groups``, shape (len(groups), m v, N, c): rows (output
     (h, c) of the group's heads, token), columns in the order of ``group_parameters``;
-    ``absolute``: the absolute version F instead (module docstring)."""
+    ``absolute``: the absolute version F instead (module docstring).  ``row_order=False``: the
+    same rows in the order they are made, (head, token, output) (no copy), for the uses that do
+    not depend on the order of the rows (Gram matrices and column norms, without Y)."""
     m, k, v = config.group_size, config.head_dim, config.value_dim
     B, n = terms.X.shape[:2]
     N, Gs = B * n, len(groups)
@@ -462,6 +464,8 @@ def stage_blocks(config: AttentionConfig, terms: StageTerms, stage: Stage, group
     if not parts:
         return torch.zeros(Gs, m * v, N, 0, dtype=torch.float64, device=dev)
     K = torch.cat(parts, -1)                                               # (G', m, N, v, c)
+    if not row_order:
+        return K.reshape(Gs, m * v, N, -1)
     return K.permute(0, 1, 3, 2, 4).reshape(Gs, m * v, N, -1)
 
 
@@ -609,22 +613,26 @@ def block_cholesky_passes(GY: torch.Tensor, B: torch.Tensor, GK: torch.Tensor,
 
 
 def certify_stage(Y: torch.Tensor, FY: torch.Tensor, K: torch.Tensor, FK: torch.Tensor,
-                  e_E: float, y_kept: torch.Tensor | None = None) -> list[BlockCertificate]:
+                  e_E: float, y_kept: torch.Tensor | None = None,
+                  scale_in_place: bool = False) -> list[BlockCertificate]:
     """Certify rank [I_{n_out} (x) Y, K_g] >= n_out |S_Y| + |S_g| for each block g of a stage, the
     exact block being the one whose computed version is (Y, K_g) and whose entries err by at most
     e_E (FY, FK_g) (module docstring, steps 1-4).
 
     Y, FY (N, n_y); K, FK (G, n_out, N, c); ``y_kept``: Y's columns to keep (``select_y``; default
     all).  The blocks are certified together (batched); those whose columns must be chosen by
-    pivoting are certified in groups sharing their chosen columns."""
+    pivoting are certified in groups sharing their chosen columns.  Only FK's column norms are
+    used (so its rows may come in any order); ``scale_in_place``: K is scaled in place (the
+    caller does not use it again)."""
     G, n_out, N, c = K.shape
     dev = K.device
     y_kept = torch.arange(Y.shape[1], device=dev) if y_kept is None else y_kept
     Dy = power_of_two_scale(FY.norm(dim=0))[y_kept]
     Ys, FYs = Y[:, y_kept] * Dy, FY[:, y_kept] * Dy
-    Dk = power_of_two_scale(FK.reshape(G, n_out * N, c).norm(dim=1))               # (G, c)
-    KD = K * Dk[:, None, None, :]
-    FKD = FK * Dk[:, None, None, :]
+    FK2 = torch.linalg.vector_norm(FK.reshape(G, n_out * N, c), dim=1) ** 2       # (G, c)
+    Dk = power_of_two_scale(FK2.sqrt())
+    FK2D = FK2 * Dk * Dk                  # squared column norms of the scaled F (exact scalings)
+    KD = K.mul_(Dk[:, None, None, :]) if scale_in_place else K * Dk[:, None, None, :]
     # 2. selection (no rigour needed): the part of K orthogonal to I (x) Y, pivoted Cholesky
     if Ys.shape[1]:
         Q = torch.linalg.qr(Ys)[0]
@@ -652,10 +660,10 @@ def certify_stage(Y: torch.Tensor, FY: torch.Tensor, K: torch.Tensor, FK: torch.
     for kept_key, gs in batches.items():
         kept = torch.tensor(kept_key, dtype=torch.long, device=dev)
         if len(gs) == G and len(kept_key) == c:        # every block keeps every column: no copies
-            certs = _certify_kept(Ys, FYs, KD, FKD, GP, e_E, n_out, c)
+            certs = _certify_kept(Ys, FYs, KD, FK2D, GP, e_E, n_out, c)
         else:
             idx = torch.tensor(gs, dtype=torch.long, device=dev)
-            certs = _certify_kept(Ys, FYs, KD[idx][..., kept], FKD[idx][..., kept],
+            certs = _certify_kept(Ys, FYs, KD[idx][..., kept], FK2D[idx][:, kept],
                                   GP[idx][:, kept][:, :, kept], e_E, n_out, c)
         for g, cert in zip(gs, certs):
             out[g] = BlockCertificate(cert.rank, cert.rows, cert.columns, cert.sigma_lower,
@@ -663,11 +671,12 @@ def certify_stage(Y: torch.Tensor, FY: torch.Tensor, K: torch.Tensor, FK: torch.
     return [out[g] for g in range(G)]
 
 
-def _certify_kept(Ys: torch.Tensor, FYs: torch.Tensor, Ks: torch.Tensor, FKs: torch.Tensor,
+def _certify_kept(Ys: torch.Tensor, FYs: torch.Tensor, Ks: torch.Tensor, FK2: torch.Tensor,
                   GP: torch.Tensor, e_E: float, n_out: int, c: int) -> list[BlockCertificate]:
     """Steps 3 and 4 of the certificate for blocks sharing their kept columns: Ys, FYs (N, n_y)
-    scaled; Ks, FKs (G, n_out, N, s) scaled; GP (G, s, s) the projected Gram matrices (for the
-    starting mu); c the block's full column count."""
+    scaled; Ks (G, n_out, N, s) scaled; FK2 (G, s) the squared column norms of the scaled
+    absolute version; GP (G, s, s) the projected Gram matrices (for the starting mu); c the
+    block's full column count."""
     G, _, N, s = Ks.shape
     n_y = Ys.shape[1]
     rows, columns = n_out * N, n_out * n_y + c
@@ -679,7 +688,7 @@ def _certify_kept(Ys: torch.Tensor, FYs: torch.Tensor, Ks: torch.Tensor, FKs: to
     Ksm = Ks.reshape(G, rows, s)
     GY = Ys.T @ Ys
     GK = GP if n_y == 0 else Ksm.transpose(1, 2) @ Ksm    # without Y nothing was projected out
-    B = torch.einsum("ny,gjnc->gjyc", Ys, Ks)
+    B = torch.einsum("ny,gjnc->gjyc", Ys, Ks) if n_y else Ks.new_zeros(G, Ks.shape[1], 0, s)
     y2 = GY.trace().item()
     k2 = GK.diagonal(dim1=1, dim2=2).sum(-1).tolist()
     delta = torch.tensor([gram_error(N, rows, n_y, n_out, s, y2, x) for x in k2], dtype=torch.float64, device=dev)
@@ -699,7 +708,7 @@ def _certify_kept(Ys: torch.Tensor, FYs: torch.Tensor, Ks: torch.Tensor, FKs: to
         todo &= ~ok
         mu = torch.where(todo, mu / 4.0, mu)
     # 4. the entries' rounding (Weyl) and the book's tolerance of the block (Frobenius norms)
-    F2 = n_out * (FYs * FYs).sum() + (FKs * FKs).sum(dim=(1, 2, 3))
+    F2 = n_out * (FYs * FYs).sum() + FK2.sum(dim=1)
     rounding = e_E * F2.sqrt()
     tolerance = (y2 + torch.tensor(k2, dtype=torch.float64, device=dev) + delta).sqrt() * max(rows, columns) * EPS
     gap = sigma / torch.maximum(rounding, tolerance)
@@ -875,10 +884,11 @@ def certify_one_stage(config: AttentionConfig, p: Params, stage: Stage, seed: in
     for g0 in range(0, G, chunk):
         t1 = time.perf_counter()
         groups = range(g0, min(G, g0 + chunk))
-        K = stage_blocks(config, terms, stage, groups)
-        FK = stage_blocks(config, terms, stage, groups, absolute=True)
+        ordered = check or Y.shape[1] > 0      # Y's projection and the check read rows by output
+        K = stage_blocks(config, terms, stage, groups, row_order=ordered)
+        FK = stage_blocks(config, terms, stage, groups, absolute=True, row_order=False)
         t2 = time.perf_counter()
-        certs += certify_stage(Y, FY, K, FK, terms.e_E, y_kept)
+        certs += certify_stage(Y, FY, K, FK, terms.e_E, y_kept, scale_in_place=not check)
         seconds["blocks"] += t2 - t1
         seconds["certify"] += time.perf_counter() - t2
         del FK

@@ -167,8 +167,8 @@ def test_sizes_the_point_cannot_have_are_refused(kw, message):
 def test_a_wrong_block_is_caught_by_the_forward_pass(monkeypatch):
     real = br.stage_blocks
 
-    def off_by_a_little(config, terms, stage, groups, absolute=False):
-        K = real(config, terms, stage, groups, absolute)
+    def off_by_a_little(config, terms, stage, groups, absolute=False, row_order=True):
+        K = real(config, terms, stage, groups, absolute, row_order)
         if not absolute and K.numel():
             K = K.clone()
             K[(0,) * K.dim()] += 1e-6
@@ -331,3 +331,28 @@ def test_on_the_agreement_sweep_the_route_finds_the_dense_rank():
         else:
             assert b.rank <= dense.rank, config
     assert taken >= 30 and certified >= 0.75 * taken, (taken, certified)
+
+
+def test_rows_in_any_order_and_scaling_in_place_certify_the_same():
+    """stage_blocks(row_order=False) holds the same rows (the Gram matrices and column norms the
+    certificate reads are those of the ordered block), and certify_stage gives the same
+    certificate with K scaled in place."""
+    config = AttentionConfig(d_model=12, n_heads=3, bias="qkvo")
+    p = init_params(config, 0)
+    for stage in br.stages(config)[2:4]:
+        X = br.stage_inputs(config, stage, 0, torch.device("cpu"))
+        terms = br.stage_terms(config, p, X, stage)
+        groups = range(config.n_kv_heads)
+        ordered = br.stage_blocks(config, terms, stage, groups)
+        loose = br.stage_blocks(config, terms, stage, groups, row_order=False)
+        G, c = ordered.shape[0], ordered.shape[-1]
+        a, b = ordered.reshape(G, -1, c), loose.reshape(G, -1, c)
+        assert torch.equal(a.sort(dim=1).values, b.sort(dim=1).values)
+        assert not torch.equal(a, b)
+        Y, FY = br.y_block(config, terms, stage)
+        F = br.stage_blocks(config, terms, stage, groups, absolute=True, row_order=False)
+        one = br.certify_stage(Y[:, :0], FY[:, :0], loose, F, terms.e_E)
+        two = br.certify_stage(Y[:, :0], FY[:, :0], loose.clone(), F, terms.e_E,
+                               scale_in_place=True)
+        assert [(x.rank, x.sigma_lower, x.gap) for x in one] == \
+            [(x.rank, x.sigma_lower, x.gap) for x in two]
