@@ -62,7 +62,8 @@ def markdown(rec: dict) -> str:
              f"cores, torch {m['torch']} ({m['torch_threads']} threads), load average at the start "
              f"{load}: {rec['total_seconds'] / 60:.0f} minutes in all.", "",
              ":::{table} The full profile: each chapter's time and the checks it printed "
-             "(verbatim, at most " f"{MAX_LINES} per chapter)", ":name: tab-repro-full", "",
+             "(verbatim, at most " f"{MAX_LINES} per chapter)", ":name: tab-repro-full",
+             ":widths: 17 8 6 69", "",
              "| chapter | time | status | what it printed |", "|:--|--:|:--|:--|"]
     for c in rec["chapters"]:
         said = "<br>".join("`" + v.replace("`", "'").replace("|", "\\|") + "`"      # verbatim

@@ -110,16 +110,19 @@ def standard_cells(c: Check) -> list[str]:
             format_certified(c.certified), format_share(c.unidentified, c.total)]
 
 
-def captioned(table: str, caption: str, name: str | None = None) -> str:
+def captioned(table: str, caption: str, name: str | None = None,
+              widths: Sequence[int] | None = None) -> str:
     """``table`` (Markdown) inside a MyST ``{table}`` directive: numbered, captioned, labelled.
 
     Display it with ``display(Markdown(...))`` from a cell whose metadata has
     ``mystnb.markdown_format = "myst"``; ``{numref}`name``` then refers to it. It is written as
     a colon fence, because a backtick fence's first line may not hold the backticks of a
-    role such as {prf:ref} in the caption.
+    role such as {prf:ref} in the caption. ``widths``: relative column widths (the PDF then
+    wraps each column within its share of the page instead of guessing from the text).
     """
     label = f":name: {name}\n" if name else ""
-    return f":::{{table}} {caption}\n{label}:align: center\n\n{table}\n:::"
+    sizes = f":widths: {' '.join(str(w) for w in widths)}\n" if widths else ""
+    return f":::{{table}} {caption}\n{label}{sizes}:align: center\n\n{table}\n:::"
 
 
 def comparison_table(comparisons: Sequence[Check],

@@ -442,7 +442,8 @@ def data_table(models: list[CensusModel]) -> str:
         ["model", "model_type", "Hugging Face repository (config.json)", "not confirmed"],
         rows, align="llll"),
         "The census models: the Hugging Face repository each config comes from, and the "
-        "fields whose values were seen only in third-party copies.", "tab-census-data")
+        "fields whose values were seen only in third-party copies.", "tab-census-data",
+        widths=(18, 16, 34, 32))
 
 
 def rope_schedules(models: list[CensusModel]) -> list[tuple[str, AttentionConfig | LatentAttentionConfig]]:
