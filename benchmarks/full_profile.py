@@ -66,7 +66,8 @@ def markdown(rec: dict) -> str:
              ":widths: 17 8 6 69", "",
              "| chapter | time | status | what it printed |", "|:--|--:|:--|:--|"]
     for c in rec["chapters"]:
-        said = "<br>".join("`" + v.replace("`", "'").replace("|", "\\|") + "`"      # verbatim
+        # verbatim, one bullet each (the PDF drops the <br>, the bullets keep the lines apart)
+        said = "<br>".join("\u2022 `" + v.replace("`", "'").replace("|", "\\|") + "`"
                            for v in c["verdicts"]) or "(tables and figures only)"
         if c["more_verdicts"]:
             said += f"<br>... and {c['more_verdicts']} more"
