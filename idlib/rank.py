@@ -277,8 +277,8 @@ def measure(config: AttentionConfig, seed: int = 0, seq_len: int | None = None,
         try:
             m = block_measurement(config, seed, params, frequencies, device)
         except blockrank.BlockError:
-            if method == "block":
-                raise
+            if method == "block" or P > STRUCTURED_FALLBACK_MAX_PARAMS:
+                raise            # no other route may take a layer this large
         else:
             if m.certified or method == "block" or P > STRUCTURED_FALLBACK_MAX_PARAMS:
                 return m
