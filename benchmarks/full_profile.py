@@ -60,10 +60,11 @@ def markdown(rec: dict) -> str:
     load = ", ".join(f"{x:.1f}" for x in m.get("load_average") or [])
     lines = [f"Profile `full`, commit `{rec['git_commit']}`, {rec['date']}; {m['cpu']}, {m['cores']} "
              f"cores, torch {m['torch']} ({m['torch_threads']} threads), load average at the start "
-             f"{load}: {rec['total_seconds'] / 60:.0f} minutes in all.", "",
+             f"{load}: {rec['total_seconds'] / 60:.0f} minutes in all (the chapters as they were at "
+             "that commit).", "",
              ":::{table} The full profile: each chapter's time and the checks it printed "
              "(verbatim, at most " f"{MAX_LINES} per chapter)", ":name: tab-repro-full",
-             ":widths: 17 8 6 69", "",
+             ":widths: 22 7 6 65", "",
              "| chapter | time | status | what it printed |", "|:--|--:|:--|:--|"]
     for c in rec["chapters"]:
         # verbatim, one bullet each (the PDF drops the <br>, the bullets keep the lines apart)
