@@ -243,7 +243,9 @@ def _verify_block_md(path: Path) -> list[str]:
              "of `python -m idlib verify` with default flags (the route \"auto\" takes: "
              f"{', '.join(sorted({r['method'] for r in v['runs']}))}) in its own process, its wall "
              "time (CPU time in parentheses: other jobs on the machine slow the wall clock) and its "
-             f"own peak resident memory, against its targets; on {e['cpu']} ({e['cores']} cores), "
+             f"own peak resident memory, against its targets; measured on "
+             f"{', '.join(sorted({r.get('device', 'cpu') for r in v['runs']}))}, {e['cpu']} "
+             f"({e['cores']} cores), "
              f"{e['date']}, commit `{e['git_commit']}`"
              + (f", load average at the start {min(loads):g} to {max(loads):g}" if loads else "") + ".",
              "",

@@ -2,6 +2,8 @@
 
     python benchmarks/verify_block.py                  (what `make bench` runs; ~30 min on 2 cores)
     python benchmarks/verify_block.py --only gpt2      (one run; the others are kept from the record)
+    python benchmarks/verify_block.py --device cuda    (every run on the GPU, in float64; the
+                                                       device is recorded with each run)
 
 Runs ``python -m idlib verify LAYER --json`` with default flags (the route "auto" takes: the block
 route) for each layer of ``RUNS`` -- d = 256, H = 16 plain and with 4 key/value groups, full RoPE
@@ -52,10 +54,10 @@ def load_average() -> list[float] | None:
         return None
 
 
-def verify(name: str) -> dict:
+def verify(name: str, device: str = "cpu") -> dict:
     """One ``idlib verify --json`` run: its report, wall seconds and peak RSS (GB) of that child."""
     flags, seconds_max, memory_max = RUNS[name]
-    cmd = [sys.executable, "-m", "idlib", "verify", *flags, "--json"]
+    cmd = [sys.executable, "-m", "idlib", "verify", *flags, "--device", device, "--json"]
     before = load_average()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
@@ -69,7 +71,7 @@ def verify(name: str) -> dict:
         raise RuntimeError(f"{' '.join(cmd)} failed ({code}): {stderr.strip()[-2000:]}")
     report = json.loads(stdout)
     num = report["numerical"]
-    row = {"name": name, "label": LABELS[name],
+    row = {"name": name, "label": LABELS[name], "device": device,
            "command": " ".join(["python", "-m", "idlib", "verify", *flags]),
            "seconds": seconds, "cpu_seconds": usage.ru_utime + usage.ru_stime,
            "max_rss_gb": usage.ru_maxrss / 1e6, "load_average_before": before,
@@ -128,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", choices=list(RUNS), default=None,
                     help="run these only; the record's other runs are kept")
     ap.add_argument("--figure", action="store_true", help="only redraw route_curve.png")
+    ap.add_argument("--device", default="cpu", help="where idlib verify measures (cpu, cuda, ...)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     if args.figure:
@@ -138,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         kept = {r["name"]: r for r in json.loads(out.read_text())["runs"]}
     for name in (args.only if args.only is not None else RUNS):
         print(f"python -m idlib verify {' '.join(RUNS[name][0])} ...", flush=True)
-        r = verify(name)
+        r = verify(name, args.device)
         r["environment"] = environment()
         kept[name] = r
         print(f"  {r['seconds']:.0f} s ({r['cpu_seconds']:.0f} s of CPU), {r['max_rss_gb']:.2f} GB, "
