@@ -57,3 +57,28 @@ def environment() -> dict:
         "date": utc_now(),
         "executable": sys.executable,
     }
+
+
+def run_verify(args: list[str]) -> tuple[dict, float, "os.struct_rusage"]:
+    """``python -m idlib verify ARGS --json`` in its own process: its JSON report, wall seconds
+    and the child's own resource usage (``os.wait4``: peak RSS, CPU time). Exit 0 (agrees) and
+    1 (disagrees) are reports; any other exit raises with the end of its stderr."""
+    import json
+    import tempfile
+    import time
+
+    cmd = [sys.executable, "-m", "idlib", "verify", *args, "--json"]
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - t0
+        code = os.waitstatus_to_exitcode(status)
+        proc.returncode = code
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if code not in (0, 1):
+        raise RuntimeError(f"{' '.join(cmd)} failed ({code}): {stderr.strip()[-2000:]}")
+    report = json.loads(stdout)
+    report["exit_code"] = code
+    return report, seconds, usage

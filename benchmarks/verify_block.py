@@ -22,15 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from environment import ROOT, environment  # noqa: E402
+from environment import environment, run_verify  # noqa: E402
 
 # name -> (flags, targets: wall seconds, peak resident GB)
 RUNS = {
@@ -57,19 +54,8 @@ def load_average() -> list[float] | None:
 def verify(name: str, device: str = "cpu") -> dict:
     """One ``idlib verify --json`` run: its report, wall seconds and peak RSS (GB) of that child."""
     flags, seconds_max, memory_max = RUNS[name]
-    cmd = [sys.executable, "-m", "idlib", "verify", *flags, "--device", device, "--json"]
     before = load_average()
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - t0
-        code = os.waitstatus_to_exitcode(status)
-        out.seek(0), err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    if code not in (0, 1):
-        raise RuntimeError(f"{' '.join(cmd)} failed ({code}): {stderr.strip()[-2000:]}")
-    report = json.loads(stdout)
+    report, seconds, usage = run_verify([*flags, "--device", device])
     num = report["numerical"]
     row = {"name": name, "label": LABELS[name], "device": device,
            "command": " ".join(["python", "-m", "idlib", "verify", *flags]),
@@ -79,7 +65,7 @@ def verify(name: str, device: str = "cpu") -> dict:
            "n_params": num["n_params"], "n_rows": num["n_rows"], "rank": num["rank"],
            "closed_form_identified": report["identified"], "unidentified": report["unidentified"],
            "gap": num["gap"], "certified": num["certified"], "agrees": report["agrees"],
-           "exit_code": code, "seconds_max": seconds_max, "memory_gb_max": memory_max}
+           "exit_code": report["exit_code"], "seconds_max": seconds_max, "memory_gb_max": memory_max}
     row["met"] = bool(row["agrees"] and seconds <= seconds_max and row["max_rss_gb"] <= memory_max)
     return row
 

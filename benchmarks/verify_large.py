@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from environment import ROOT, environment  # noqa: E402
+from environment import environment, run_verify  # noqa: E402
 
 LAYER = ("--d-model", "128", "--heads", "16", "--method", "structured")
 VARIANTS = {(): "multi-head", ("--kv-heads", "4"): "4 key/value groups",
@@ -40,26 +36,14 @@ def layer_name(flags: str) -> str:
 
 def verify(flags: tuple[str, ...]) -> dict:
     """One ``idlib verify --json`` run: its report, wall seconds and peak RSS (GB) of that child."""
-    cmd = [sys.executable, "-m", "idlib", "verify", *LAYER, *flags, "--json"]
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - t0
-        code = os.waitstatus_to_exitcode(status)
-        proc.returncode = code
-        out.seek(0), err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    if code not in (0, 1):
-        raise RuntimeError(f"{' '.join(cmd)} failed ({code}): {stderr.strip()[-2000:]}")
-    report = json.loads(stdout)
+    report, seconds, usage = run_verify([*LAYER, *flags])
     num = report["numerical"]
     row = {"command": " ".join(["python", "-m", "idlib", "verify", *LAYER, *flags]),
            "flags": " ".join(flags), "seconds": seconds, "max_rss_gb": usage.ru_maxrss / 1e6,
            "n_params": num["n_params"], "n_rows": num["n_rows"], "rank": num["rank"],
            "closed_form_identified": report["identified"], "unidentified": report["unidentified"],
            "gap": num["gap"], "certified": num["certified"], "agrees": report["agrees"],
-           "exit_code": code}
+           "exit_code": report["exit_code"]}
     row["met"] = bool(row["agrees"] and row["seconds"] <= TARGETS["seconds_max"]
                       and row["max_rss_gb"] <= TARGETS["memory_gb_max"]
                       and (row["gap"] is None or row["gap"] >= TARGETS["gap_min"]))
