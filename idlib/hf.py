@@ -34,11 +34,14 @@ from .counting import count
 from .model import LayerType, Model
 
 
+POSITIONS = ("rope", "learned", "relative", "alibi", "none")   # none: no positions in attention
+
+
 @dataclass(frozen=True)
 class Family:
     """What the attention code of one ``model_type`` does with its config (transformers 5.23)."""
 
-    positions: str = "rope"                 # "rope" | "learned" | "relative" (T5's bucket bias)
+    positions: str = "rope"                 # one of POSITIONS ("relative": T5's bucket bias)
     bias: str = ""                          # biases that are always there
     bias_flags: tuple[tuple[str, str, bool], ...] = ()   # (field, letters it switches, default)
     kv_default: int | None = None           # num_key_value_heads when absent (None: = heads)
@@ -92,6 +95,25 @@ class Family:
     width_keys: tuple[str, ...] = ()        # its own names of hidden_size, of the head count and
     heads_keys: tuple[str, ...] = ()        # of the number of layers (beyond WIDTH_KEYS, HEADS_KEYS
     layers_keys: tuple[str, ...] = ()       # and num_hidden_layers, n_layer, num_layers, n_layers)
+
+    def __post_init__(self) -> None:
+        if self.positions not in POSITIONS:
+            raise ValueError(f"Family: positions={self.positions!r} must be one of {POSITIONS}")
+
+    @property
+    def rotary(self) -> bool:
+        """RoPE inside attention (the rope row's fields are read; unless ALiBi is switched on)."""
+        return self.positions == "rope"
+
+    @property
+    def always_alibi(self) -> bool:
+        """ALiBi on every layer, whatever the file says (BLOOM, MPT)."""
+        return self.positions == "alibi"
+
+    @property
+    def reads_alibi(self) -> bool:
+        """ALiBi always, or switched by a field of the file (Falcon's ``alibi``)."""
+        return self.always_alibi or self.alibi is not None
 
 
 # -- family-specific readers (called with the text config, the head count / layer count, name) --
@@ -740,10 +762,10 @@ def _refusals(text: dict[str, Any], fam: Family, name: str) -> None:
             raise ConfigError(f"{name}: field {key!r}={value!r}: {what}, which is not derived for "
                               "this model type")
     pos = str(text.get("position_embedding_type") or "absolute").lower()
-    if pos == "alibi" or (text.get("alibi") and fam.alibi is None and fam.positions != "alibi"):
+    if pos == "alibi" or (text.get("alibi") and not fam.reads_alibi):
         raise ConfigError(f"{name}: ALiBi position biases (field {'alibi' if text.get('alibi') else 'position_embedding_type'!r}) "
                           "are not read for this family (families with ALiBi: "
-                          f"{', '.join(sorted(k for k, f in FAMILIES.items() if f.alibi or f.positions == 'alibi'))})")
+                          f"{', '.join(sorted(k for k, f in FAMILIES.items() if f.reads_alibi))})")
     if pos not in ("absolute", "rotary", "rope"):
         raise ConfigError(f"{name}: field 'position_embedding_type'={pos!r}: relative position "
                           "scores are not represented by AttentionConfig")
@@ -847,7 +869,7 @@ def ignored_fields(data: Any, name: str = "config", family: str | None = None) -
     out = [key for key, read in (("num_key_value_heads", fam.reads_kv or fam.kv_heads is not None),
                                  ("head_dim", fam.reads_head_dim or fam.rotary_head_dim))
            if not read and key in text]
-    if fam.positions == "rope" and not fam.latent and fam.rotary_dim is None:
+    if fam.rotary and not fam.latent and fam.rotary_dim is None:
         shares = ("partial_rotary_factor", "rotary_pct")
         out += [key for key in shares if key in text and (key != fam.fraction_key or not fam.partial)
                 and text[key] not in (None, 1, 1.0)]
@@ -862,7 +884,7 @@ def ignored_fields(data: Any, name: str = "config", family: str | None = None) -
 
 
 def _alibi(text: dict[str, Any], fam: Family, name: str) -> bool:
-    if fam.positions == "alibi":
+    if fam.always_alibi:
         return True
     return fam.alibi is not None and _flag(text, name, fam.alibi[0], fam.alibi[1])
 
@@ -908,7 +930,7 @@ def attention_fields_from_hf(data: Any, name: str = "config", family: str | None
 
     alibi = _alibi(text, fam, name)
     rope_fraction, thetas = 0.0, [10000.0]
-    if fam.positions == "rope" and not alibi:
+    if fam.rotary and not alibi:
         rope_fraction, thetas = _rope(text, fam, name)
         if fam.share_breaks and rope_fraction != 1.0:
             raise ConfigError(f"{name}: partial_rotary_factor={rope_fraction:g}: this family's "
@@ -1016,7 +1038,7 @@ def family_table() -> list[dict[str, str]]:
     for key, f in sorted(FAMILIES.items()):
         flags = ", ".join(f"{k} -> {letters}" for k, letters, _ in f.bias_flags)
         positions = f"rope (fraction {f.rope_fraction:g}, base {f.rope_theta:g})" \
-            if f.positions == "rope" else f.positions
+            if f.rotary else f.positions
         if f.alibi is not None:
             positions += f"; {f.alibi[0]} -> alibi"
         norm = "latent (MLA)" if f.latent else f.qk_norm

@@ -121,7 +121,7 @@ def small_model_layer(data: Any, kind: LayerType, name: str = "config",
     if isinstance(kind.config, LatentAttentionConfig):
         return fam, dict(small_latent_layer(kind.config), layer_idx=kind.layers[0])
     frac = None
-    if kind.config.rope_fraction == 0 and not kind.config.alibi and row.positions == "rope":
+    if kind.config.rope_fraction == 0 and not kind.config.alibi and row.rotary:
         frac = attention_fields_from_hf(data, name, family)["rope_fraction"] or None
     layer = small_layer(kind.config, fam, rope_fraction=frac)
     spec = SPECS[fam]
