@@ -319,6 +319,11 @@ def _device(x: Any, a: Arguments) -> str | None:
         return None
     if device.type != "cuda":
         return ""
+    return cuda_problem(device)
+
+
+def cuda_problem(device: torch.device) -> str | None:
+    """Why a cuda device cannot measure here (None when it can): no GPU, or no GPU of its index."""
     if not torch.cuda.is_available():
         return "no CUDA device is available here"
     if device.index is not None and device.index >= torch.cuda.device_count():

@@ -31,7 +31,7 @@ from .config import (MAX_SEED, QK_NORMS, AttentionConfig, ConfigError, LatentAtt
 from .counting import count
 from .hf import is_hf, model_from_data
 from .model import LayerType, Model, count_model
-from .arguments import available_memory
+from .arguments import available_memory, cuda_problem
 from .fastrank import applicable
 from .rank import (AUTO_DENSE_MAX_PARAMS, BLOCK_MAX_PARAMS, DENSE_FALLBACK_MAX_PARAMS, METHODS,
                    STRUCTURED_MAX_PARAMS, default_max_params, measurement_bytes)
@@ -293,12 +293,9 @@ def measurement_device(text: str) -> torch.device:
     """--device as a torch.device: cpu, or cuda[:i] when that GPU exists (UsageError otherwise).
     Only this asks torch (whether the GPU is there): the text is checked first without it."""
     device = torch.device(device_text(text))
-    if device.type == "cpu":
-        return device
-    if not torch.cuda.is_available():
-        raise UsageError(f"--device={show(text)}: no CUDA device is available here")
-    if device.index is not None and device.index >= torch.cuda.device_count():
-        raise UsageError(f"--device={show(text)}: there are {torch.cuda.device_count()} CUDA devices")
+    problem = None if device.type == "cpu" else cuda_problem(device)
+    if problem is not None:
+        raise UsageError(f"--device={show(text)}: {problem}")
     return device
 
 
